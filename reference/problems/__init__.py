@@ -1,0 +1,1 @@
+"""The KernelBench problem modules, verbatim: exactly the text an LLM is shown."""

@@ -1,0 +1,33 @@
+"""Judge one candidate kernel for one task on one device, in isolation, and return a typed `Verdict`.
+
+Library use::
+
+    from sandbox import judge
+    verdict = judge("kl_div", completion_text, device="cuda:0")
+
+Two-stage use (what the service does, so compilation overlaps GPU work)::
+
+    prepared = prepare("kl_div", completion_text, target="cuda")   # CPU only: extract, check, compile
+    if isinstance(prepared, Verdict): ...                           # rejected before running
+    verdict = execute(prepared, device="cuda:0")                     # GPU: correctness + timing
+
+Command line: ``python -m sandbox judge --task kl_div --device cuda:0 candidate.py``.
+"""
+
+from sandbox.config import JudgeConfig
+from sandbox.pipeline import PreparedCandidate, execute, judge, prepare
+from sandbox.verdict import Environment, Performance, Status, TimingStats, TrialResult, Verdict
+
+__all__ = [
+    "Environment",
+    "JudgeConfig",
+    "Performance",
+    "PreparedCandidate",
+    "Status",
+    "TimingStats",
+    "TrialResult",
+    "Verdict",
+    "execute",
+    "judge",
+    "prepare",
+]

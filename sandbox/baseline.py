@@ -1,0 +1,119 @@
+"""Reference timings (eager and torch.compile) and the device's memory bandwidth, per device model.
+
+Trusted: runs in its own ordinary subprocess (`python -m sandbox.baseline`), never in a process that
+imported candidate code, and uses the same `timing` code as the candidate's measurement so speedups
+compare like with like. Results are cached per (device model, torch, task, shape, threads) because
+torch.compile takes tens of seconds; delete the cache file to refresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from reference import get_task
+from sandbox import timing
+from sandbox.config import JudgeConfig
+from sandbox.environment import device_name
+
+CACHE_FILE = "baselines.json"
+BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
+"""Copy size for the bandwidth probe: far beyond any cache, so it measures memory."""
+
+
+def cache_key(task_id: str, device: str, shape: tuple[int, ...], threads: int) -> str:
+    """Everything a baseline depends on, the timing method included (a change of it re-measures)."""
+    return (f"{device_name(device)}|torch {torch.__version__}|{task_id}|{'x'.join(map(str, shape))}"
+            f"|threads {threads}|timing v{timing.METHOD_VERSION}")
+
+
+def measure_bandwidth(device: torch.device, reps: int = 20) -> float:
+    """The device's memory bandwidth in bytes per second: the better of a copy and a read-only sum.
+
+    Both tasks mostly read, and a read-only stream runs a little faster than a copy (no write-back
+    turnarounds), so taking only the copy would put the best kernels above 100% of speed-of-light.
+    """
+    n = BANDWIDTH_BYTES[device.type] // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    clock = timing.DeviceClock(device)
+    clock.calibrate()
+
+    def median_ms(fn) -> float:
+        times, _ = timing.time_calls(clock, fn, reps=reps, warmup=3)
+        return sorted(times.times_ms)[len(times.times_ms) // 2]
+
+    copy = 2 * n * 4 / (median_ms(lambda: dst.copy_(src)) / 1e3)
+    read = n * 4 / (median_ms(lambda: src.sum()) / 1e3)
+    return max(copy, read)
+
+
+def measure(task_id: str, device_str: str, shape: tuple[int, ...], names: tuple[str, ...], config: JudgeConfig) -> dict:
+    torch.set_num_threads(config.child_threads)
+    device = torch.device(device_str)
+    task = get_task(task_id)
+    inputs = task.make_inputs(shape, task.distributions[0], 1234, device)
+    model = task.model_cls().to(device)
+    clock = timing.DeviceClock(device)
+    clock.calibrate()
+    result: dict = {"baselines": {}, "bandwidth_bytes_per_s": measure_bandwidth(device)}
+    for name in names:
+        fn = torch.compile(model) if name == "compile" else model
+        est, _ = timing.time_calls(clock, lambda: fn(*inputs), reps=3, warmup=2)
+        reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps, config.max_reps)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device)
+        times, _ = timing.time_calls(clock, lambda: fn(*inputs), reps=reps, warmup=warmup)
+        result["baselines"][name] = timing.summarize(times.times_ms)
+        if name == "eager" and device.type == "cuda":
+            result["reference_peak_memory_bytes"] = torch.cuda.max_memory_allocated(device) - base
+    return result
+
+
+def get_baselines(task_id: str, device: str, shape: tuple[int, ...], config: JudgeConfig) -> dict:
+    """Cached baselines for this device model; measured in a trusted subprocess when missing."""
+    config.cache_root.mkdir(parents=True, exist_ok=True)
+    path = config.cache_root / CACHE_FILE
+    key = cache_key(task_id, device, shape, config.child_threads)
+    with open(config.cache_root / (CACHE_FILE + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one measurement per key even with several workers
+        cache = json.loads(path.read_text()) if path.exists() else {}
+        if key in cache and set(config.baselines) <= set(cache[key]["baselines"]):
+            return cache[key]
+        out = config.cache_root / f"baseline-{os.getpid()}.json"
+        subprocess.run(
+            [sys.executable, "-m", "sandbox.baseline", "--task", task_id, "--device", device,
+             "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out)],
+            check=True, timeout=1800, env={**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads)},
+        )
+        cache[key] = json.loads(out.read_text())
+        out.unlink()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+        return cache[key]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.baseline")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--shape", required=True)
+    parser.add_argument("--names", default="eager,compile")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    shape = tuple(int(x) for x in args.shape.split(","))
+    result = measure(args.task, args.device, shape, tuple(args.names.split(",")), JudgeConfig())
+    Path(args.out).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,453 @@
+"""What runs inside the isolated child process: import the candidate, run it, time it, report.
+
+THREAT MODEL. Everything in this process is untrusted once the candidate module is imported: the
+candidate can patch any Python object, write to any file descriptor we hold, start threads, call
+`os._exit`. So this process computes nothing that decides a verdict:
+
+- it never computes the reference (no correct answer exists in this process to copy or to find in
+  freed memory); the trusted parent computes fp64 ground truth from the same seeds;
+- it hands back raw bytes of outputs and fingerprints of inputs; the parent rebuilds and compares;
+- seeds arrive after the candidate is imported, one per trial, so nothing can be precomputed;
+- the objects it relies on (timers, synchronisation, tensor methods, its own functions) are captured
+  before the import and verified unchanged after every step (`Integrity`); a change is reported as
+  tampering;
+- the task's forbidden operators are replaced in the dispatcher by tripwires before the import: a call
+  from Python or from C++ through the dispatcher raises and is recorded, even if the candidate catches
+  the error;
+- the parent bounds what this process claims about time with its own clock, and the isolation layer
+  bounds what it can reach (no network, no host files, limited memory, processes, time and output).
+
+What remains possible for code in this process is written down in docs/threat-model.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins  # noqa: F401 - watched by Integrity (sys.modules lookup)
+import importlib.util
+import inspect
+import json  # noqa: F401 - watched by Integrity (sys.modules lookup)
+import os
+import re
+import sys
+import time
+import traceback
+import types
+from typing import Any
+
+import torch
+
+from reference import get_task
+from sandbox import compare as _compare
+from sandbox import protocol as _protocol
+from sandbox import timing as _timing
+
+CANDIDATE_MODULE = "candidate"
+_CUSTOM_OP = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?")
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "profiler", "c10d", "_c10d_functional", "inductor",
+                               "quantized", "cuda", "triton", "torch", "autograd", "_quantized", "mkldnn"})
+TRACEBACK_LINES = 12
+
+
+# --- integrity: what we rely on, captured before candidate code exists ---------------------------
+
+def _resolve(path: str) -> Any:
+    module_name, _, attr_path = path.partition(":")
+    obj: Any = sys.modules[module_name]
+    for part in attr_path.split(".") if attr_path else []:
+        # Static lookup: `Tensor.__torch_function__` is a classmethod, a fresh bound object per getattr.
+        obj = inspect.getattr_static(obj, part)
+    return obj
+
+
+_WATCHED = [
+    "time:perf_counter", "time:monotonic", "time:perf_counter_ns",
+    "torch:cuda.synchronize", "torch:cuda.Event", "torch:cuda.Event.record", "torch:cuda.Event.elapsed_time",
+    "torch:cuda.Event.synchronize", "torch:cuda.max_memory_allocated", "torch:cuda.reset_peak_memory_stats",
+    "torch:allclose", "torch:isclose", "torch:equal", "torch:testing.assert_close", "torch:sum", "torch:arange",
+    "torch:zeros", "torch:empty", "torch:frombuffer",
+    "torch:Tensor", "torch:Tensor.__torch_function__", "torch:Tensor.__torch_dispatch__", "torch:Tensor.cpu",
+    "torch:Tensor.to", "torch:Tensor.detach", "torch:Tensor.clone", "torch:Tensor.contiguous",
+    "torch:Tensor.view", "torch:Tensor.sum", "torch:Tensor.zero_", "torch:Tensor.numpy", "torch:Tensor.untyped_storage",
+    "torch:nn.Module.__call__", "torch:nn.Module._call_impl",
+    "torch:nn.functional.kl_div", "torch:nn.functional.cross_entropy", "torch:nn.functional.log_softmax",
+    "torch:log", "torch:softmax", "torch:rand", "torch:randint", "torch:randn", "torch:Generator",
+    "sys:exit", "sys:setprofile", "sys:getprofile", "os:_exit", "os:write", "os:read", "os:listdir",
+    "json:dumps", "json:loads", "builtins:type", "builtins:isinstance",
+]
+
+
+class Integrity:
+    """Identity snapshot of every object the judge relies on inside this process."""
+
+    def __init__(self, harness_modules: list[types.ModuleType]) -> None:
+        self._objects = {path: _resolve(path) for path in _WATCHED}
+        self._modules = {m.__name__: (m, dict(vars(m))) for m in harness_modules}
+        # Classes are mutable: patching DeviceClock.time_call leaves the module's dict unchanged.
+        self._classes = {
+            f"{m.__name__}.{name}": (cls, dict(vars(cls)))
+            for m in harness_modules for name, cls in vars(m).items()
+            if isinstance(cls, type) and cls.__module__ == m.__name__
+        }
+
+    def changed(self) -> list[str]:
+        changed = []
+        for path, original in self._objects.items():
+            try:
+                current = _resolve(path)
+            except (AttributeError, KeyError):
+                changed.append(f"{path} (deleted)")
+                continue
+            if current is not original:
+                changed.append(path)
+        for name, (module, snapshot) in self._modules.items():
+            current = vars(module)
+            for key, value in snapshot.items():
+                if current.get(key, _MISSING) is not value:
+                    changed.append(f"{name}.{key}")
+            changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
+        for name, (cls, snapshot) in self._classes.items():
+            current = vars(cls)
+            changed.extend(f"{name}.{key}" for key, value in snapshot.items() if current.get(key, _MISSING) is not value)
+            changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
+        return changed
+
+
+_MISSING = object()
+
+
+# --- tripwires: forbidden operators replaced in the dispatcher -----------------------------------
+
+class Tripwires:
+    _KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA")
+
+    def __init__(self, aten_ops: frozenset[str]) -> None:
+        self.hits: list[str] = []
+        self._library = torch.library.Library("aten", "IMPL")
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # overriding aten kernels warns by design
+            for op in sorted(aten_ops):
+                name = op.split("::", 1)[1]
+                for key in self._KEYS:
+                    try:
+                        self._library.impl(name, self._tripwire(op), key)
+                    except RuntimeError:
+                        pass  # the op has no kernel slot for this key (e.g. a composite op on CPU)
+
+    def _tripwire(self, op: str):
+        hits = self.hits
+
+        def tripwire(*args: Any, **kwargs: Any) -> Any:
+            hits.append(op)
+            raise RuntimeError(f"{op} is forbidden for this task: write the computation yourself")
+
+        return tripwire
+
+
+class OutputRejected(Exception):
+    """forward() returned something that is not a plain, fresh tensor on the right device."""
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+def _error_info(exc: BaseException) -> dict[str, Any]:
+    """Exception type, message and the tail of the traceback, candidate frames first."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    candidate_frames = [f for f in frames if f.filename.endswith("candidate.py")]
+    where = candidate_frames[-1] if candidate_frames else (frames[-1] if frames else None)
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:20000],
+        "where": f"{where.filename}:{where.lineno} in {where.name}" if where else None,
+        "traceback": "\n".join(text.splitlines()[-TRACEBACK_LINES * 3:]),
+    }
+
+
+def _python_threads() -> int:
+    return len(sys._current_frames())
+
+
+def _native_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _other_processes() -> list[str]:
+    """Processes besides us and our ancestors: all of them in a private PID namespace (bwrap, unshare),
+    our descendants only where the host's processes are visible (the development-only "none")."""
+    own = {os.getpid(), os.getppid(), 1}
+    private = os.environ.get("JUDGE_PRIVATE_PIDS") == "1"
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def descends_from_us(pid: int) -> bool:
+        for _ in range(64):
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    found = []
+    for pid in parents:
+        if pid in own or not (private or descends_from_us(pid)):
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                found.append(fh.read().replace(b"\0", b" ").decode(errors="replace")[:200] or f"pid {pid}")
+        except OSError:
+            continue
+    return found
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+# --- the child --------------------------------------------------------------------------------------
+
+class Child:
+    def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
+        self.task = get_task(task_id)
+        self.device = torch.device(device)
+        self.source_path = source_path
+        self.res_fd = res_fd
+        self.model: torch.nn.Module | None = None
+        self.extension_modules: set[str] = set()
+        self.kernel_names = self._declared_kernels()
+        self.tripwires = Tripwires(self.task.forbidden_aten_ops)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        torch.zeros(1, device=self.device).add_(1)  # create the context and thread pools before counting
+        torch.ones(1 << 16).sum()
+        self.clock = _timing.DeviceClock(self.device)
+        self.integrity = Integrity([_timing, _protocol, _compare, sys.modules[__name__]])
+        self.preloaded_modules = {name.split(".")[0] for name in sys.modules}
+        self.base_python_threads = _python_threads()
+        self.base_native_threads = _native_threads()
+
+    def _declared_kernels(self) -> set[str]:
+        """__global__ functions and @triton.jit functions the candidate's source declares."""
+        with open(self.source_path, encoding="utf-8") as fh:
+            text = fh.read()
+        names = set(re.findall(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)", text))
+        names |= set(re.findall(r"@triton\.jit[^\n]*\n\s*def\s+(\w+)", text))
+        return names
+
+    # Every reply carries what the parent needs to decide policy and tampering.
+    def reply(self, header: dict[str, Any], payloads: list[bytes] | None = None) -> None:
+        header = {
+            **header,
+            "tripwire_hits": sorted(set(self.tripwires.hits)),
+            "tampered": self.integrity.changed(),
+            "python_threads": _python_threads() - self.base_python_threads,
+            "native_threads": _native_threads() - self.base_native_threads,
+            "processes": _other_processes(),
+        }
+        _protocol.send(self.res_fd, header, payloads)
+
+    def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, self.source_path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[CANDIDATE_MODULE] = module
+        spec.loader.exec_module(module)
+        model_cls = getattr(module, "ModelNew", None)
+        if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
+            raise TypeError("ModelNew is not a subclass of torch.nn.Module")
+        self.model = model_cls().to(self.device)
+        self.extension_modules = self._built_extensions()
+        return {"extensions": sorted(self.extension_modules)}
+
+    def _built_extensions(self) -> set[str]:
+        """Names of the shared libraries the candidate built under the build dir.
+
+        load_inline does not register its module in sys.modules, but pybind11 functions carry the
+        extension's name in `__module__`; names that shadow a module we had already imported (a
+        candidate calling its extension "torch") do not count.
+        """
+        build_dir = os.path.dirname(os.path.abspath(self.source_path))
+        names = set()
+        for root, _, files in os.walk(build_dir):
+            names |= {f.split(".", 1)[0] for f in files if f.endswith(".so")}
+        return {n for n in names if n not in self.preloaded_modules}
+
+    def _inputs(self, cmd: dict[str, Any]) -> list[torch.Tensor]:
+        return self.task.make_inputs(tuple(cmd["shape"]), cmd["distribution"], int(cmd["seed"]), self.device)
+
+    def _output_payload(self, out: Any, inputs: list[torch.Tensor]) -> tuple[dict[str, Any], bytes]:
+        if type(out) is not torch.Tensor:
+            raise OutputRejected(f"forward returned {type(out).__module__}.{type(out).__qualname__}, "
+                            "not a plain torch.Tensor")
+        if out.device != inputs[0].device:
+            raise OutputRejected(f"forward returned a tensor on {out.device}, inputs are on {inputs[0].device}")
+        lo, hi = _storage_span(out)
+        for i, tensor in enumerate(inputs):
+            in_lo, in_hi = _storage_span(tensor)
+            if lo < in_hi and in_lo < hi:
+                raise OutputRejected(f"forward returned a view of (or memory shared with) input {i}")
+        host = out.detach().clone().cpu().contiguous()
+        return {"dtype": _compare.dtype_name(host.dtype), "shape": list(host.shape)}, host.view(-1).view(torch.uint8).numpy().tobytes()
+
+    def trial(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        inputs = self._inputs(cmd)
+        before = _compare.fingerprint(inputs)
+        custom_calls: set[str] = set()
+        modules = self.extension_modules
+
+        def watch(frame: Any, event: str, arg: Any) -> None:
+            if event == "c_call" and getattr(arg, "__module__", None) in modules:
+                custom_calls.add(f"{arg.__module__}.{getattr(arg, '__name__', '?')}")
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            sys.setprofile(watch)
+            try:
+                out = self.model(*inputs)
+            finally:
+                sys.setprofile(None)
+            self.clock.synchronize()
+            meta, payload = self._output_payload(out, inputs)
+        after = _compare.fingerprint(inputs)
+        names = {evt.name for evt in prof.events()}
+        # Operators the candidate registered itself (TORCH_LIBRARY): "myext::op", in a namespace of its own.
+        # Device kernel names ("void at::native::reduce_kernel<...>") also contain "::" and never count.
+        ops = sorted(n for n in names if _CUSTOM_OP.fullmatch(n) and n.split("::")[0] not in _TORCH_NAMESPACES)
+        kernels = sorted(n for n in names if any(k in n for k in self.kernel_names))
+        meta.update(before=before, after=after, custom_calls=sorted(custom_calls), custom_ops=ops,
+                    custom_kernels=kernels[:20])
+        return meta, [payload]
+
+    def estimate(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        inputs = self._inputs(cmd)
+        times, _ = _timing.time_calls(self.clock, lambda: self.model(*inputs), reps=3, warmup=1)
+        return {"estimate_ms": sorted(times.times_ms)[1]}
+
+    def time(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        """Time forward on the official shape, refilling the inputs from a pool of seeds before each call."""
+        pool = [self.task.make_inputs(tuple(cmd["shape"]), cmd["distribution"], int(seed), self.device)
+                for seed in cmd["seeds"]]
+        work = [t.clone() for t in pool[0]]
+        model = self.model
+
+        def refill(i: int) -> None:
+            for dst, src in zip(work, pool[i % len(pool)]):
+                dst.copy_(src)
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            base_memory = torch.cuda.memory_allocated(self.device)
+        times, outs = _timing.time_calls(self.clock, lambda: model(*work), int(cmd["reps"]), int(cmd["warmup"]),
+                                         prepare=refill)
+        peak = (torch.cuda.max_memory_allocated(self.device) - base_memory) if self.device.type == "cuda" else None
+        metas, payloads = [], []
+        for out in outs:
+            meta, payload = self._output_payload(out, work)
+            metas.append(meta)
+            payloads.append(payload)
+        header = {
+            "outputs": metas, "times_ms": times.times_ms, "event_ms": times.event_ms,
+            "batch_wall_ms": times.batch_wall_ms, "untimed_ms": times.flush_ms, "hidden_work": times.hidden_work,
+            "host_overhead_ms": self.clock.host_overhead_ms, "peak_memory_bytes": peak,
+            "after": _compare.fingerprint(work), "pool_index": (int(cmd["reps"]) - 1) % len(pool),
+        }
+        return header, payloads
+
+    def calibrate(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Before the candidate exists: measure the clocks' overhead and build the refill machinery."""
+        overhead = self.clock.calibrate(int(cmd.get("reps", 50)))
+        self._refill_pool = [self.task.make_inputs(tuple(cmd["shape"]), cmd["distribution"], int(seed), self.device)
+                             for seed in cmd["seeds"]]
+        return {"host_overhead_ms": overhead}
+
+    def calibrate_loop(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """The timing loop around a call that does nothing: the parent times this request to learn what
+        flushing and refilling cost per call, measured while no candidate code exists."""
+        pool = self._refill_pool
+        work = [t.clone() for t in pool[0]]
+
+        def refill(i: int) -> None:
+            for dst, src in zip(work, pool[i % len(pool)]):
+                dst.copy_(src)
+
+        _timing.time_calls(self.clock, lambda: work[0], int(cmd["reps"]), 0, prepare=refill)
+        del self._refill_pool
+        return {}
+
+
+def serve(child: Child, cmd_fd: int) -> None:
+    handlers = {"calibrate": child.calibrate, "calibrate_loop": child.calibrate_loop, "load": child.load, "trial": child.trial,
+                "estimate": child.estimate, "time": child.time}
+    while True:
+        cmd, _ = _protocol.receive(cmd_fd)
+        op = cmd.get("op")
+        if op == "exit":
+            return
+        try:
+            result = handlers[op](cmd)
+        except OutputRejected as exc:
+            child.reply({"op": op, "ok": True, "rejected_output": str(exc)})
+            continue
+        except BaseException as exc:  # noqa: BLE001 - every candidate failure becomes a reply, not a crash
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            child.reply({"op": op, "ok": False, "error": _error_info(exc),
+                         "cuda_error": isinstance(exc, torch.AcceleratorError) if hasattr(torch, "AcceleratorError") else False,
+                         "oom": isinstance(exc, torch.OutOfMemoryError)})
+            if isinstance(exc, SystemExit) or op == "load" or "CUDA error" in str(exc):
+                return  # the process state (or the CUDA context) is not fit for another step
+            continue
+        header, payloads = result if isinstance(result, tuple) else (result, [])
+        child.reply({"op": op, "ok": True, **header}, payloads)
+
+
+def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
+    """Import the candidate once so its load_inline extensions build; report how that went."""
+    task = get_task(task_id)
+    tripwires = Tripwires(task.forbidden_aten_ops)
+    started = time.monotonic()
+    try:
+        spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, source_path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[CANDIDATE_MODULE] = module
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides the verdict
+        info = _error_info(exc)
+        build_failed = "Error building extension" in info["message"] or "Error compiling objects" in info["message"]
+        _protocol.send(res_fd, {"ok": False, "build_failed": build_failed, "error": info,
+                                "tripwire_hits": sorted(set(tripwires.hits)), "seconds": time.monotonic() - started})
+        return
+    _protocol.send(res_fd, {"ok": True, "tripwire_hits": sorted(set(tripwires.hits)), "seconds": time.monotonic() - started})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.child")
+    parser.add_argument("mode", choices=["compile", "execute"])
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--cmd-fd", type=int, required=True)
+    parser.add_argument("--res-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("JUDGE_CHILD_THREADS", "1")))
+    if args.mode == "compile":
+        compile_only(args.task, args.source, args.res_fd)
+        return
+    child = Child(args.task, args.device, args.source, args.res_fd)
+    _protocol.send(args.res_fd, {"op": "ready", "ok": True})
+    serve(child, args.cmd_fd)
+
+
+if __name__ == "__main__":
+    main()

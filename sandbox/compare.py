@@ -1,0 +1,100 @@
+"""Trusted comparisons on plain data: candidate output bytes vs fp64 ground truth, input fingerprints.
+
+Runs in the parent. The candidate's output arrives as raw bytes with a declared dtype and shape; it is
+rebuilt here as a fresh tensor, so nothing the candidate defined (a subclass, an overridden
+`__torch_function__`, a patched `allclose`) takes part in the comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+           "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32}
+
+FINGERPRINT_CHUNK = 1 << 22
+"""Elements per chunk when fingerprinting: bounds the temporary int64 copy to 32 MB."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def tensor_from_bytes(data: bytes, dtype: str, shape: list[int]) -> torch.Tensor:
+    """Rebuild a tensor from untrusted bytes; raises ValueError when they do not match dtype and shape."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"unsupported output dtype {dtype}")
+    torch_dtype = _DTYPES[dtype]
+    numel = 1
+    for dim in shape:
+        if not isinstance(dim, int) or dim < 0:
+            raise ValueError(f"invalid output shape {shape}")
+        numel *= dim
+    expected = numel * torch.empty((), dtype=torch_dtype).element_size()
+    if len(data) != expected:
+        raise ValueError(f"output has {len(data)} bytes, expected {expected} for {dtype}{shape}")
+    if numel == 0:
+        return torch.empty(shape, dtype=torch_dtype)
+    return torch.frombuffer(bytearray(data), dtype=torch_dtype).reshape(shape).clone()
+
+
+def fingerprint(tensors: list[torch.Tensor]) -> list[str]:
+    """An exact, order-sensitive digest of each tensor's bits, computed on its device in chunks.
+
+    Two sums of the raw 32-bit words: a plain one and one weighted by position, so permuting values
+    (sorting a row in place, say) changes the digest. Used to prove the child generated the inputs the
+    parent expects and that the candidate left them unmodified.
+    """
+    digests = []
+    for tensor in tensors:
+        words = tensor.detach().contiguous().view(-1).view(torch.int32)
+        plain = torch.zeros((), dtype=torch.int64, device=words.device)
+        weighted = torch.zeros((), dtype=torch.int64, device=words.device)
+        for start in range(0, words.numel(), FINGERPRINT_CHUNK):
+            chunk = words[start:start + FINGERPRINT_CHUNK].to(torch.int64)
+            weights = torch.arange(start, start + chunk.numel(), device=words.device, dtype=torch.int64) % 65521 + 1
+            plain += chunk.sum()
+            weighted += (chunk * weights).sum()
+        digests.append(f"{tuple(tensor.shape)}:{tensor.dtype}:{int(plain)}:{int(weighted)}")
+    return digests
+
+
+@dataclass(frozen=True)
+class Comparison:
+    passed: bool
+    max_abs_error: float | None
+    max_rel_error: float | None
+    worst_index: list[int] | None
+    expected: float | None
+    got: float | None
+    message: str | None
+
+
+def compare(output: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> Comparison:
+    """|out - truth| <= atol + rtol*|truth| everywhere, in fp64; NaN or Inf never pass."""
+    if tuple(output.shape) != tuple(truth.shape):
+        return Comparison(False, None, None, None, None, None,
+                          f"output shape {list(output.shape)} differs from expected {list(truth.shape)}")
+    out = output.to(torch.float64).reshape(-1)
+    ref = truth.to(torch.float64).cpu().reshape(-1)
+    if out.numel() == 0:
+        return Comparison(True, 0.0, 0.0, None, None, None, None)
+    finite = torch.isfinite(out)
+    if not bool(finite.all()):
+        flat = int((~finite).nonzero()[0])
+        index = list(torch.unravel_index(torch.tensor(flat), truth.shape)) if truth.dim() else []
+        return Comparison(False, float("inf"), float("inf"), [int(i) for i in index], float(ref[flat]),
+                          float(out[flat]), f"output contains {int((~finite).sum())} NaN/Inf value(s)")
+    abs_err = (out - ref).abs()
+    rel_err = abs_err / ref.abs().clamp_min(1e-300)
+    excess = abs_err - (atol + rtol * ref.abs())
+    flat = int(excess.argmax())
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), truth.shape)] if truth.dim() else []
+    passed = bool((excess <= 0).all())
+    message = None if passed else (
+        f"error {float(abs_err[flat]):.3g} (relative {float(rel_err[flat]):.3g}) exceeds atol {atol:g} + rtol {rtol:g}"
+        f" * |expected|: expected {float(ref[flat]):.9g}, got {float(out[flat]):.9g}"
+    )
+    return Comparison(passed, float(abs_err.max()), float(rel_err.max()), index, float(ref[flat]), float(out[flat]), message)

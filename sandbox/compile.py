@@ -1,0 +1,128 @@
+"""Build a candidate's extensions in its own directory, once per (source, toolchain, target).
+
+The build runs inside the isolated child (`python -m sandbox.child compile`): importing the candidate is
+what triggers `load_inline`, and that import is candidate code. The parent only chooses the directory,
+holds a lock so concurrent identical submissions build once, enforces the time limit, and turns the
+compiler's output into a diagnosis that leads with the error lines.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+SOURCE_FILE = "candidate.py"
+RESULT_FILE = "compile.json"
+LOG_LIMIT = 200_000
+"""Characters of compiler output kept with a verdict; the first error lines always survive."""
+
+_ERROR_LINE = re.compile(
+    r"^(?P<loc>[^\s:]+\.(?:cu|cuh|cpp|cc|cxx|h|hpp)(?::\d+(?::\d+)?|\(\d+\)))\s*:\s*(?:fatal\s+)?error\b[^:]*:\s*(?P<msg>.*)$",
+    re.M,
+)
+
+
+@functools.cache
+def _tool_version(argv: tuple[str, ...]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return "absent"
+    return out[-1] if out else "absent"
+
+
+def cuda_arch_list() -> str:
+    """The architectures CUDA builds target: the visible GPUs', or TORCH_CUDA_ARCH_LIST."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    if torch.cuda.is_available():
+        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+        return ";".join(f"{major}.{minor}" for major, minor in caps)
+    return "9.0"
+
+
+def toolchain(target: str) -> str:
+    """Everything that changes what a build produces: equal strings mean a build can be reused."""
+    parts = [
+        f"python {platform.python_version()}",
+        f"torch {torch.__version__}",
+        f"g++ {_tool_version(('g++', '-dumpfullversion'))}",
+        f"target {target}",
+    ]
+    if target == "cuda":
+        parts += [f"cuda {torch.version.cuda}", f"nvcc {_tool_version(('nvcc', '--version'))}", f"arch {cuda_arch_list()}"]
+    return "; ".join(parts)
+
+
+def build_key(source: str, chain: str) -> str:
+    return hashlib.sha256(f"{chain}\n\0{source}".encode()).hexdigest()
+
+
+@contextmanager
+def build_lock(build_root: Path, key: str) -> Iterator[None]:
+    """One builder per key across processes; others wait, then reuse the result."""
+    build_root.mkdir(parents=True, exist_ok=True)
+    with open(build_root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool
+    build_failed: bool
+    """True when the compiler rejected the code (a compile_error); False with ok=False means import failed."""
+    log: str
+    seconds: float
+    error: dict | None = None
+    tripwire_hits: tuple[str, ...] = ()
+    timed_out: bool = False
+    cached: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in self.__dict__.items() if k != "cached"})
+
+    @classmethod
+    def from_json(cls, text: str) -> "BuildResult":
+        data = json.loads(text)
+        data["tripwire_hits"] = tuple(data.get("tripwire_hits", ()))
+        return cls(**data, cached=True)
+
+
+def first_errors(log: str, limit: int = 5) -> list[str]:
+    """The compiler's first error lines as 'file:line: message', candidate-relative paths."""
+    found = []
+    for match in _ERROR_LINE.finditer(log):
+        loc = re.sub(r"^.*/", "", match.group("loc"))
+        found.append(f"{loc}: {match.group('msg').strip()}")
+        if len(found) == limit:
+            break
+    return found
+
+
+def trim_log(log: str) -> str:
+    """Keep the error lines first, then as much of the full log as fits."""
+    errors = first_errors(log, limit=20)
+    head = ("\n".join(errors) + "\n--- full log ---\n") if errors else ""
+    body = log if len(log) <= LOG_LIMIT else log[:LOG_LIMIT // 2] + "\n[... truncated ...]\n" + log[-LOG_LIMIT // 2:]
+    return head + body
+
+
+def clear_build(build_dir: Path) -> None:
+    shutil.rmtree(build_dir, ignore_errors=True)

@@ -1,0 +1,51 @@
+"""`JudgeConfig`: every knob of the judge in one typed place, each default with its reason."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _default_build_root() -> Path:
+    return Path(os.environ.get("JUDGE_BUILD_ROOT", Path.home() / ".cache" / "kernel-judge" / "builds"))
+
+
+def _default_cache_root() -> Path:
+    return Path(os.environ.get("JUDGE_CACHE_ROOT", Path.home() / ".cache" / "kernel-judge"))
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    build_root: Path = field(default_factory=_default_build_root)
+    """Builds live in build_root/<sha256 of source + toolchain>/; identical source is compiled once."""
+    cache_root: Path = field(default_factory=_default_cache_root)
+    """Baseline timings and measured bandwidth per device model are cached here."""
+    isolation: str = os.environ.get("JUDGE_ISOLATION", "auto")
+    """"bwrap", "unshare", "none" or "auto" (the strongest one that works here)."""
+    compile_timeout_s: float = 300.0
+    """A fresh CUDA load_inline build took ~60 s on the H100 machine; 5x that is a hung compiler."""
+    run_timeout_s: float = 300.0
+    """Wall limit for the whole execution child (import, trials, timing)."""
+    call_timeout_s: float = 30.0
+    """Wall limit for one candidate forward call: the official kl_div reference takes ~4 ms on an H100."""
+    memory_limit_bytes: int = 16 << 30
+    """Host memory for the child process tree (the CPU tests use far less)."""
+    max_pids: int = 256
+    """Processes and threads in the child tree: ninja + compilers + torch's thread pools fit easily."""
+    output_limit_bytes: int = 1 << 20
+    """What we keep of the child's stdout/stderr; the rest is counted and dropped."""
+    disk_limit_bytes: int = 2 << 30
+    """Size of the child's private /tmp."""
+    trials_per_distribution: int = 2
+    """Fresh seeds per input distribution; with ~4 distributions this gives ~8 correctness trials."""
+    timing_budget_ms: float = 2000.0
+    """Target total time of the timed repetitions (reps are derived from it, do_bench style)."""
+    min_reps: int = 10
+    max_reps: int = 1000
+    baselines: tuple[str, ...] = ("eager", "compile")
+    compile_jobs: int = int(os.environ.get("JUDGE_COMPILE_JOBS", "2"))
+    """ninja's parallelism inside one build (MAX_JOBS); the service runs several builds at once."""
+    child_threads: int = int(os.environ.get("JUDGE_CHILD_THREADS", "1"))
+    """CPU threads for torch in the child and for the CPU baselines, so both are timed alike."""
+    check_extra_shapes: bool = True

@@ -1,0 +1,199 @@
+"""The parent side of the trust boundary: start the isolated child and talk to it with deadlines.
+
+Trusted code. It never imports candidate code and never unpickles what the child sends (see
+`protocol`). A child that dies, hangs, floods or lies ends as a typed `ChildFailure`, never as an
+exception that takes the judge down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import reference
+import sandbox
+from sandbox import isolation, protocol
+from sandbox.config import JudgeConfig
+
+BUILD_MOUNT = "/build"
+CODE_MOUNT = "/judge"
+
+
+class ChildFailure(Exception):
+    """The child stopped answering: it crashed, timed out, exited early or broke the protocol."""
+
+    def __init__(self, kind: str, message: str, *, returncode: int | None = None, signal_name: str | None = None,
+                 stderr: str = "", oom: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind  # "crash", "timeout", "exited", "protocol", "oom"
+        self.returncode = returncode
+        self.signal_name = signal_name
+        self.stderr = stderr
+        self.oom = oom
+
+
+@dataclass(frozen=True)
+class ChildPaths:
+    """Where the child finds its build directory and the judge's code.
+
+    Under bubblewrap these are fixed mount points (the host paths stay hidden); the weaker mechanisms
+    share the host's filesystem, so the child uses the host paths themselves.
+    """
+
+    build: str
+    code: str
+
+    @classmethod
+    def for_mechanism(cls, mechanism: str, work_dir: Path) -> "ChildPaths":
+        if mechanism == "bwrap":
+            return cls(BUILD_MOUNT, CODE_MOUNT)
+        return cls(str(work_dir), str(Path(sandbox.__file__).resolve().parent.parent))
+
+
+def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's whole environment: nothing of the host's (no DATABASE_URL, keys, tokens) leaks in."""
+    path_dirs = [os.path.dirname(sys.executable), "/usr/local/cuda/bin", "/usr/local/bin", "/usr/bin", "/bin"]
+    env = {
+        "PATH": ":".join(dict.fromkeys(path_dirs)),
+        "HOME": paths.build,
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.pathsep.join([paths.code, *isolation.extra_python_path()]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_EXTENSIONS_DIR": f"{paths.build}/ext",
+        "MAX_JOBS": str(config.compile_jobs),
+        "JUDGE_CHILD_THREADS": str(config.child_threads),
+        "TRITON_CACHE_DIR": f"{paths.build}/triton",
+    }
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env.update(extra or {})
+    return env
+
+
+def code_binds() -> dict[Path, str]:
+    """The judge's own packages, read-only, at /judge: all the child may import of ours."""
+    return {
+        Path(sandbox.__file__).parent: f"{CODE_MOUNT}/sandbox",
+        Path(reference.__file__).parent: f"{CODE_MOUNT}/reference",
+    }
+
+
+@dataclass
+class ChildResult:
+    header: dict[str, Any]
+    payloads: list[bytes]
+
+
+class ChildSession:
+    """One isolated child process and its command/result pipes."""
+
+    def __init__(self, mode: str, task_id: str, device: str, work_dir: Path, config: JudgeConfig,
+                 *, gpu: bool, extra_env: dict[str, str] | None = None, wall_s: float) -> None:
+        self.mechanism = isolation.available_mechanism(config.isolation)
+        paths = ChildPaths.for_mechanism(self.mechanism, work_dir)
+        cmd_r, self._cmd_w = os.pipe()
+        self._res_r, res_w = os.pipe()
+        argv = [sys.executable, "-B", "-m", "sandbox.child", mode, "--task", task_id, "--device", device,
+                "--source", f"{paths.build}/candidate.py", "--cmd-fd", str(cmd_r), "--res-fd", str(res_w)]
+        spec = isolation.SandboxSpec(
+            argv=argv,
+            env=child_env(config, paths, {"JUDGE_PRIVATE_PIDS": "1" if self.mechanism != "none" else "0",
+                                          **(extra_env or {})}),
+            writable_dir=work_dir,
+            readonly_binds=code_binds(),
+            gpu=gpu,
+            limits=isolation.Limits(
+                wall_s=wall_s,
+                memory_bytes=config.memory_limit_bytes,
+                max_pids=config.max_pids,
+                output_bytes=config.output_limit_bytes,
+                tmp_bytes=config.disk_limit_bytes,
+                file_size_bytes=config.disk_limit_bytes,
+            ),
+            pass_fds=(cmd_r, res_w),
+            cwd=paths.build,
+        )
+        self.started = time.monotonic()
+        try:
+            self.process = isolation.start(spec, mechanism=self.mechanism)
+        finally:
+            os.close(cmd_r)
+            os.close(res_w)
+
+    def send(self, header: dict[str, Any]) -> None:
+        try:
+            protocol.send(self._cmd_w, header)
+        except (BrokenPipeError, OSError):
+            raise self._failure("the child closed its command pipe") from None
+
+    def receive(self, timeout_s: float, limit: int = 64 << 20) -> ChildResult:
+        try:
+            header, payloads = protocol.receive(self._res_r, deadline=time.monotonic() + timeout_s, limit=limit)
+        except protocol.ChannelTimeout:
+            self.kill()
+            raise ChildFailure("timeout", f"no answer within {timeout_s:.0f} s", stderr=self.stderr()) from None
+        except protocol.ChannelClosed:
+            raise self._failure("the child exited without answering") from None
+        except protocol.ProtocolError as exc:
+            self.kill()
+            raise ChildFailure("protocol", f"the child broke the result protocol: {exc}", stderr=self.stderr()) from None
+        return ChildResult(header, payloads)
+
+    def request(self, header: dict[str, Any], timeout_s: float) -> ChildResult:
+        self.send(header)
+        return self.receive(timeout_s)
+
+    def _failure(self, message: str) -> ChildFailure:
+        completed = self.process.wait(timeout=10)
+        if completed is None:
+            self.kill()
+            completed = self.process.wait(timeout=10)
+        rc = self.process.returncode
+        oom = self.process.oom_killed
+        if self.process.flooded:
+            return ChildFailure("crash", f"{message}: killed for flooding its output "
+                                f"({self.process.output_truncated_bytes} bytes past the limit)", returncode=rc,
+                                stderr=self.stderr())
+        if self.process.timed_out:
+            return ChildFailure("timeout", f"{message}: the sandbox's wall-time limit killed it", returncode=rc,
+                                stderr=self.stderr())
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
+            kind = "oom" if oom else "crash"
+            return ChildFailure(kind, f"{message}: killed by {name}", returncode=rc, signal_name=name,
+                                stderr=self.stderr(), oom=oom)
+        return ChildFailure("exited", f"{message} (exit code {rc})", returncode=rc, stderr=self.stderr(), oom=oom)
+
+    def stderr(self) -> str:
+        return self.process.output_text()
+
+    def kill(self) -> None:
+        self.process.kill_tree()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        try:
+            protocol.send(self._cmd_w, {"op": "exit"})
+        except OSError:
+            pass
+        self.process.wait(timeout=timeout_s)
+        self.process.cleanup()
+        for fd in (self._cmd_w, self._res_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "ChildSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,112 @@
+"""The typed result of judging one candidate: `Verdict` and the models it is built from.
+
+A `Verdict` is what leaves the sandbox: it is JSON-serialisable (`verdict.model_dump_json()`), stored
+as is by the service, and read back with `Verdict.model_validate_json`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Status(str, enum.Enum):
+    """The outcome of judging one candidate, defined once. Final unless SYSTEM_ERROR."""
+
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    INCORRECT = "incorrect"
+    POLICY_VIOLATION = "policy_violation"
+    TAMPER_DETECTED = "tamper_detected"
+    CORRECT = "correct"
+    SYSTEM_ERROR = "system_error"
+    """The judge itself failed (infrastructure): retry; never blame the candidate."""
+
+
+class TrialResult(BaseModel):
+    """One correctness trial: fresh inputs from one seed and distribution, compared with fp64 truth."""
+
+    trial: int
+    distribution: str
+    shape: list[int]
+    seed: int
+    passed: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    worst_index: list[int] | None = None
+    expected: float | None = None
+    """Ground-truth value at the worst index (the whole output for a scalar loss)."""
+    got: float | None = None
+    message: str | None = None
+
+
+class TimingStats(BaseModel):
+    """Repeated timings of one callable, in milliseconds."""
+
+    median_ms: float
+    q25_ms: float
+    q75_ms: float
+    min_ms: float
+    mean_ms: float
+    reps: int
+    ci95_ms: tuple[float, float] | None = None
+    """Bootstrap 95% interval of the median."""
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q75_ms - self.q25_ms
+
+
+class Performance(BaseModel):
+    candidate: TimingStats
+    baselines: dict[str, TimingStats] = Field(default_factory=dict)
+    """Reference timings by name ("eager", "compile"), measured in a trusted process on the same device."""
+    speedups: dict[str, float] = Field(default_factory=dict)
+    """baseline median / candidate median, by baseline name."""
+    min_bytes: int
+    bandwidth_bytes_per_s: float | None = None
+    """The device's measured copy bandwidth used for speed-of-light."""
+    speed_of_light_fraction: float | None = None
+    """(min_bytes / bandwidth) / candidate median: 1.0 means the kernel runs at the memory floor."""
+    peak_memory_bytes: int | None = None
+    reference_peak_memory_bytes: int | None = None
+
+
+class Environment(BaseModel):
+    device: str
+    device_name: str | None = None
+    driver: str | None = None
+    torch: str
+    cuda: str | None = None
+    compute_capability: str | None = None
+    clocks: dict[str, Any] = Field(default_factory=dict)
+    python: str
+    isolation: str
+    """Which isolation mechanism ran the child (e.g. "bwrap", "unshare", "none")."""
+    hostname: str | None = None
+
+
+class Verdict(BaseModel):
+    status: Status
+    diagnosis: str
+    """What went wrong, written for a person or an LLM to act on; a one-line summary when correct."""
+    task: str
+    device: str
+    source_sha256: str
+    toolchain: str | None = None
+    """Compiler/torch fingerprint used for the build cache key."""
+    stages: dict[str, float] = Field(default_factory=dict)
+    """Seconds spent in each stage: extract, static_checks, compile, correctness, timing, ..."""
+    trials: list[TrialResult] = Field(default_factory=list)
+    extra_shapes: list[TrialResult] = Field(default_factory=list)
+    """Results at the task's extra shapes: reported, never part of the status."""
+    performance: Performance | None = None
+    environment: Environment | None = None
+    imports: list[str] = Field(default_factory=list)
+    compile_log: str | None = None
+    """Compiler output (truncated to a bounded size), errors first."""
+    details: dict[str, Any] = Field(default_factory=dict)
+    """Stage-specific extras: exception type and traceback tail, broken rule and call, etc."""

@@ -1,0 +1,15 @@
+# Sourced by the GPU scripts: give a bare GPU machine what the judge needs (bubblewrap from the carried
+# Debian .debs in .debs/, Python packages from the carried wheels in .whl/) and the environment to use them.
+if ! command -v bwrap >/dev/null && [ -z "${JUDGE_BWRAP:-}" ] && ls .debs/bubblewrap_*.deb >/dev/null 2>&1; then
+    mkdir -p /opt/judge-bwrap
+    for deb in .debs/*.deb; do dpkg -x "$deb" /opt/judge-bwrap; done
+    export JUDGE_BWRAP=/opt/judge-bwrap/usr/bin/bwrap
+fi
+# The carried set comes from scripts/fetch_device_deps.sh; fastapi imports opentelemetry at import time.
+if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import pydantic_settings, fastapi, sqlalchemy, alembic, uvicorn, opentelemetry" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /opt/judge-site .whl/*.whl 2>/dev/null
+    export PYTHONPATH=/opt/judge-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+export JUDGE_BUILD_ROOT=${JUDGE_BUILD_ROOT:-/tmp/judge/builds} JUDGE_CACHE_ROOT=${JUDGE_CACHE_ROOT:-/tmp/judge/cache}

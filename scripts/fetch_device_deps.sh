@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run here (with network), before a GPU run: fetch what the bare GPU image lacks into the ignored folders
+# that the device call carries (carry: [".whl", ".debs"]); scripts/device_env.sh installs them there.
+# The image has torch, ninja, httpx and numpy, but not pydantic, FastAPI, SQLAlchemy or bubblewrap.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .whl .debs && mkdir -p .whl .debs
+# With their dependencies, resolved for the image's CPython 3.12 (fastapi needs opentelemetry-api, say).
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl pydantic pydantic-settings fastapi uvicorn sqlalchemy alembic
+(cd .debs && apt-get download bubblewrap)
+du -sh .whl .debs

@@ -1,0 +1,1 @@
+"""The judging service: HTTP API, database, durable job queue, workers and CLI around `sandbox`."""

@@ -1,0 +1,89 @@
+"""Dependencies declared once as `Annotated` types: settings, database, sessions, the caller's key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Request, status
+from sqlalchemy.orm import Session
+
+from reference import Task, UnknownTask, all_tasks, get_task
+from service import crud
+from service.core.config import Settings
+from service.core.security import same_secret
+from service.db.models import ApiKey
+from service.db.session import Database
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_db(request: Request) -> Database:
+    return request.app.state.db
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+DatabaseDep = Annotated[Database, Depends(get_db)]
+
+
+def get_read_session(db: DatabaseDep) -> Iterator[Session]:
+    with db.transaction(read_only=True) as session:
+        yield session
+
+
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+
+
+def bearer_token(authorization: Annotated[str | None, Header(description="`Bearer <api key>`")] = None,
+                 x_api_key: Annotated[str | None, Header(description="The API key (alternative to Authorization)")] = None,
+                 ) -> str | None:
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return x_api_key
+
+
+TokenDep = Annotated[str | None, Depends(bearer_token)]
+
+_UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
+
+
+def current_key(token: TokenDep, db: DatabaseDep) -> ApiKey:
+    if not token:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "an API key is required: Authorization: Bearer <key>",
+                            headers=_UNAUTHORIZED)
+    with db.transaction(read_only=True) as session:
+        key = crud.find_key(session, token)
+    if key is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "unknown or revoked API key", headers=_UNAUTHORIZED)
+    return key
+
+
+CurrentKey = Annotated[ApiKey, Depends(current_key)]
+
+
+def require_admin(token: TokenDep, settings: SettingsDep) -> None:
+    if not settings.admin_key:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "admin routes are disabled: JUDGE_ADMIN_KEY is not set")
+    if not token or not same_secret(token, settings.admin_key):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "the admin key is required", headers=_UNAUTHORIZED)
+
+
+AdminDep = Depends(require_admin)
+
+
+def unknown_task(task_id: str) -> HTTPException:
+    valid = [t.id.value for t in all_tasks()]
+    return HTTPException(status.HTTP_404_NOT_FOUND,
+                         {"message": f"unknown task {task_id!r}", "valid_task_ids": valid})
+
+
+def task_by_id(task_id: str) -> Task:
+    try:
+        return get_task(task_id)
+    except UnknownTask:
+        raise unknown_task(task_id) from None
+
+
+TaskDep = Annotated[Task, Depends(task_by_id)]

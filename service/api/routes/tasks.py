@@ -1,0 +1,55 @@
+"""GET /v1/tasks, GET /v1/tasks/{id}, GET /v1/tasks/{id}/prompt: anonymous reads of the judged problems."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse
+
+from reference import Task, all_tasks
+from service import crud
+from service.api import schemas
+from service.api.deps import DatabaseDep, TaskDep
+from service.prompts import generation_prompt
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+
+def _summary(task: Task) -> dict:
+    return {"id": task.id.value, "title": task.title, "kernelbench_id": task.kernelbench_id,
+            "official_shape": list(task.official_shape)}
+
+
+@router.get("", response_model=list[schemas.TaskSummary], summary="List the tasks")
+def list_tasks() -> list[schemas.TaskSummary]:
+    return [schemas.TaskSummary(**_summary(t)) for t in all_tasks()]
+
+
+@router.get("/{task_id}", response_model=schemas.TaskDetail, summary="One task: problem, shapes, tolerance, baselines",
+            responses={404: {"description": "Unknown task; the body lists the valid task ids."}})
+async def read_task(task: TaskDep, db: DatabaseDep) -> schemas.TaskDetail:
+    """The exact KernelBench problem module, the shapes judged (official, CPU, extra), the tolerance and why,
+    the forbidden operators, and per GPU model the latest measured baselines (PyTorch eager and torch.compile)
+    and speed-of-light (the task's minimal bytes over the card's measured bandwidth)."""
+    baselines = await run_in_threadpool(crud.device_baselines, db, task.id.value)
+    return schemas.TaskDetail(
+        **_summary(task),
+        problem_source=task.problem_source,
+        shapes=schemas.Shapes(official=list(task.official_shape), cpu=list(task.cpu_shape),
+                              extra=[list(s) for s in task.extra_shapes],
+                              cpu_extra=[list(s) for s in task.cpu_extra_shapes]),
+        distributions=list(task.distributions),
+        tolerance=schemas.ToleranceOut(atol=task.tolerance.atol, rtol=task.tolerance.rtol, why=task.tolerance.why),
+        forbidden_operators=sorted(task.forbidden_aten_ops),
+        requires_custom_kernel=task.requires_custom_kernel,
+        min_bytes=task.min_bytes(task.official_shape),
+        baselines=baselines,
+    )
+
+
+@router.get("/{task_id}/prompt", response_class=PlainTextResponse, summary="A KernelBench-style generation prompt",
+            responses={200: {"content": {"text/plain": {}}}, 404: {"description": "Unknown task."}})
+def task_prompt(task: TaskDep) -> str:
+    """The one-shot prompt KernelBench gives an LLM (instruction, an elementwise-add example, the problem),
+    plus one paragraph on how this judge checks the answer."""
+    return generation_prompt(task)

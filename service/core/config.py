@@ -1,0 +1,103 @@
+"""Every setting of the service in one pydantic-settings class, read from the environment.
+
+Variables are prefixed ``JUDGE_`` except ``DATABASE_URL``. The sandbox reads its own variables
+(``JUDGE_BUILD_ROOT``, ``JUDGE_CACHE_ROOT``, ``JUDGE_ISOLATION``, ``JUDGE_COMPILE_JOBS``) directly.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class JudgeMode(str, enum.Enum):
+    """How a worker judges a job."""
+
+    SANDBOX = "sandbox"
+    """The real judge: sandbox.prepare (compile pool) then sandbox.execute (one per device)."""
+    COMPILE_ONLY = "compile-only"
+    """Load testing only: the real sandbox.prepare (extract, static checks, cached compile), then a
+    synthetic `correct` verdict *without running the candidate* (no performance, never ranked)."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JUDGE_", extra="ignore")
+
+    database_url: str | None = Field(default=None, validation_alias=AliasChoices("DATABASE_URL", "JUDGE_DATABASE_URL"))
+    """SQLAlchemy URL. Unset: a SQLite file at data_dir/judge.db (WAL mode)."""
+    data_dir: Path = Path("data")
+    """Where the default SQLite database lives."""
+    admin_key: str | None = None
+    """Bearer token allowed to mint, list and revoke API keys over HTTP. Unset: admin routes answer 403."""
+
+    # --- submissions ---------------------------------------------------------------------------
+    max_source_bytes: int = 256 * 1024
+    """Largest accepted candidate (UTF-8 bytes of the `source` field); larger answers 413.
+    A long LLM completion with reasoning is ~20-60 KiB."""
+    max_request_bytes: int = 512 * 1024
+    """Largest accepted request body (source + metadata + JSON escaping); larger answers 413."""
+
+    # --- rate limits and quotas (per API key) --------------------------------------------------
+    rate_limit_per_minute: float = 600.0
+    """Token-bucket refill rate for POST /v1/submissions, per key (kept in the database, so it holds
+    across API processes)."""
+    rate_limit_burst: int = 100
+    """Bucket size: how many submissions a key may send at once before being throttled."""
+    queue_quota: int = 2000
+    """Most unfinished (not `done`) submissions one key may have; past it POST answers 429."""
+    quota_retry_after_s: int = 30
+    """Retry-After sent with a queue-quota 429."""
+
+    # --- workers -------------------------------------------------------------------------------
+    devices: str = "auto"
+    """Comma-separated devices a worker executes on, e.g. "cuda:0,cuda:1" or "cpu". "auto": one executor
+    per visible GPU (CUDA_VISIBLE_DEVICES), or "cpu" (the tasks' CPU size) when there is none."""
+    compile_workers: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2))
+    """Parallel sandbox.prepare calls (compilation is CPU-bound) per worker process."""
+    lease_s: float = 120.0
+    """A claimed job belongs to its worker until this long after the last heartbeat; then another worker
+    reclaims it. Heartbeats come every lease_s / 4."""
+    poll_s: float = 0.5
+    """How often an idle worker looks for queued jobs."""
+    max_attempts: int = 3
+    """system_error verdicts are retried until a job has failed this many times, then stored as final."""
+    retry_backoff_s: float = 30.0
+    """Backoff after the n-th system_error: retry_backoff_s * 2**(n-1)."""
+    max_worker_crashes: int = 2
+    """A job whose worker died (lease expired) this many times gets a final runtime_error verdict."""
+    shutdown_grace_s: float = 60.0
+    """On SIGTERM a worker finishes running jobs for up to this long, releasing everything else."""
+    mode: JudgeMode = JudgeMode.SANDBOX
+    """"sandbox" (the real judge) or "compile-only" (load tests only; see JudgeMode)."""
+    timing_budget_ms: float | None = None
+    """Override JudgeConfig.timing_budget_ms (time spent in timed repetitions)."""
+    trials_per_distribution: int | None = None
+    """Override JudgeConfig.trials_per_distribution."""
+
+    # --- API -----------------------------------------------------------------------------------
+    sse_poll_s: float = 0.5
+    """How often GET /v1/submissions/{id}/events checks the database for a status change."""
+    sse_max_s: float = 3600.0
+    """An event stream closes after this long even when the job is not done (the client reconnects)."""
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'judge.db').resolve()}"
+
+    def device_list(self) -> list[str]:
+        if self.devices.strip() != "auto":
+            return [d.strip() for d in self.devices.split(",") if d.strip()]
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return [f"cuda:{i}" for i in range(count)] or ["cpu"]
+
+
+@functools.cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Database: SQLAlchemy models, engine/session factory and Alembic migrations."""

@@ -1,0 +1,191 @@
+"""The durable job queue: claim, heartbeat, advance, release and finish jobs, all in the database.
+
+Safety rests on two things:
+
+- Claiming is atomic. PostgreSQL: `SELECT ... FOR UPDATE SKIP LOCKED`, so concurrent workers never
+  pick the same row and never wait on each other. SQLite: the claim runs in a `BEGIN IMMEDIATE`
+  transaction (service.db.session), which holds the database's single write lock.
+- Every claim gets a fresh `claim_token`. A worker may move or finish a job only while its token is
+  current (`WHERE claim_token = :token`), so when a lease expires and another worker reclaims the job,
+  the first worker's late result is discarded, and `verdicts.submission_id` is unique besides:
+  a verdict is recorded exactly once.
+
+A job whose lease expired counts a crash against itself; at `max_worker_crashes` the reclaiming
+worker stores a final runtime_error instead of judging it again (a candidate that kills workers is
+not retried forever). A `system_error` verdict is the judge's fault: the job is requeued with an
+exponential backoff until `max_attempts`, then the system_error is stored as final.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from sandbox.verdict import Status, Verdict
+from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
+from service.db.session import Database
+from service.queue.states import ACTIVE, JobState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job as handed to a worker: what to judge and the token that proves it is still ours."""
+
+    job_id: int
+    submission_id: str
+    task_id: str
+    source: str
+    source_sha256: str
+    token: str
+    crashes: int
+    """Times this job's lease expired under a worker before this claim."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    backoff_s: float = 30.0
+    max_worker_crashes: int = 2
+
+
+def _lease(now: dt.datetime, lease_s: float) -> dt.datetime:
+    return now + dt.timedelta(seconds=lease_s)
+
+
+def _end_attempt(session: Session, token: str | None, outcome: str, now: dt.datetime) -> None:
+    if token:
+        session.execute(update(JobAttempt).where(JobAttempt.claim_token == token, JobAttempt.ended_at.is_(None))
+                        .values(ended_at=now, outcome=outcome))
+
+
+def claim(db: Database, worker_id: str, limit: int, lease_s: float) -> list[Claim]:
+    """Atomically take up to `limit` ready jobs: queued ones whose backoff has passed, and jobs whose
+    worker's lease expired (reclaimed, counting a crash). Oldest first."""
+    if limit <= 0:
+        return []
+    now = utcnow()
+    ready = ((Job.state == JobState.QUEUED) & (Job.not_before <= now)) | (
+        Job.state.in_(ACTIVE) & (Job.lease_expires_at < now))
+    query = select(Job).where(ready).order_by(Job.id).limit(limit)
+    if not db.sqlite:
+        query = query.with_for_update(skip_locked=True, of=Job)
+    claims: list[Claim] = []
+    with db.transaction() as session:
+        for job in session.scalars(query).all():
+            if job.state is not JobState.QUEUED:
+                job.crashes += 1
+                _end_attempt(session, job.claim_token, "crashed", now)
+                log.warning("job %s: lease of %s expired in state %s; reclaimed (crash %d)",
+                            job.id, job.worker_id, job.state.value, job.crashes)
+            token = uuid.uuid4().hex
+            job.state = JobState.COMPILING
+            job.claim_token = token
+            job.worker_id = worker_id
+            job.lease_expires_at = _lease(now, lease_s)
+            job.heartbeat_at = now
+            job.claims += 1
+            job.compile_started_at = now
+            job.compiled_at = job.run_started_at = None
+            session.add(JobAttempt(job_id=job.id, claim_token=token, worker_id=worker_id, started_at=now))
+            sub = session.get(Submission, job.submission_id)
+            claims.append(Claim(job.id, job.submission_id, job.task_id, sub.source, sub.source_sha256, token,
+                                job.crashes))
+    return claims
+
+
+def heartbeat(db: Database, tokens: list[str], lease_s: float) -> set[str]:
+    """Extend the leases of the jobs held under `tokens`; returns the tokens that are no longer ours."""
+    if not tokens:
+        return set()
+    now = utcnow()
+    with db.transaction() as session:
+        session.execute(update(Job).where(Job.claim_token.in_(tokens), Job.state.in_(ACTIVE))
+                        .values(lease_expires_at=_lease(now, lease_s), heartbeat_at=now))
+        held = set(session.scalars(select(Job.claim_token).where(Job.claim_token.in_(tokens),
+                                                                  Job.state.in_(ACTIVE))))
+    return set(tokens) - held
+
+
+def advance(db: Database, token: str, state: JobState, **values: object) -> bool:
+    """Move a held job to `state` (compiled or running), stamping its times. False if no longer ours."""
+    stamp = {JobState.COMPILED: "compiled_at", JobState.RUNNING: "run_started_at"}[state]
+    with db.transaction() as session:
+        result = session.execute(update(Job).where(Job.claim_token == token, Job.state.in_(ACTIVE))
+                                 .values(state=state, **{stamp: utcnow()}, **values))
+    return result.rowcount == 1
+
+
+def release(db: Database, token: str) -> bool:
+    """Give a held job back to the queue unjudged (graceful shutdown). Not counted as a crash."""
+    now = utcnow()
+    with db.transaction() as session:
+        result = session.execute(update(Job).where(Job.claim_token == token, Job.state.in_(ACTIVE)).values(
+            state=JobState.QUEUED, claim_token=None, worker_id=None, lease_expires_at=None,
+            compile_started_at=None, compiled_at=None, run_started_at=None))
+        if result.rowcount:
+            _end_attempt(session, token, "released", now)
+    return result.rowcount == 1
+
+
+def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: RetryPolicy) -> str:
+    """Record the outcome of a held job. Returns "verdict" (stored, job done), "retry" (system_error,
+    requeued with backoff) or "lost" (the job is no longer ours: nothing is written)."""
+    now = utcnow()
+    try:
+        with db.transaction() as session:
+            query = select(Job).where(Job.claim_token == token, Job.state.in_(ACTIVE))
+            if not db.sqlite:
+                query = query.with_for_update()
+            job = session.scalars(query).first()
+            if job is None:
+                return "lost"
+            if verdict.status is Status.SYSTEM_ERROR and job.system_errors + 1 < policy.max_attempts:
+                job.system_errors += 1
+                delay = policy.backoff_s * 2 ** (job.system_errors - 1)
+                job.state = JobState.QUEUED
+                job.not_before = now + dt.timedelta(seconds=delay)
+                job.last_error = verdict.diagnosis[:4000]
+                job.claim_token = job.worker_id = job.lease_expires_at = None
+                _end_attempt(session, token, "retry", now)
+                log.warning("job %s: system_error (%d/%d), retry in %.0f s: %s", job.id, job.system_errors,
+                            policy.max_attempts, delay, verdict.diagnosis[:200])
+                return "retry"
+            if verdict.status is Status.SYSTEM_ERROR:
+                job.system_errors += 1
+            job.state = JobState.DONE
+            job.finished_at = now
+            job.lease_expires_at = None
+            _end_attempt(session, token, "verdict", now)
+            session.add(verdict_row(job.submission_id, job.task_id, verdict, worker_id))
+    except IntegrityError:
+        # Unreachable while tokens are respected; the unique submission_id is the last line of defence.
+        log.error("job with token %s: a verdict already exists; discarding this one", token)
+        return "lost"
+    return "verdict"
+
+
+def verdict_row(submission_id: str, task_id: str, verdict: Verdict, worker_id: str | None) -> VerdictRow:
+    perf = verdict.performance
+    env = verdict.environment
+    return VerdictRow(
+        submission_id=submission_id,
+        task_id=task_id,
+        status=verdict.status,
+        diagnosis=verdict.diagnosis,
+        device=verdict.device,
+        device_name=env.device_name if env else None,
+        median_ms=perf.candidate.median_ms if perf else None,
+        speedup_eager=perf.speedups.get("eager") if perf else None,
+        speedup_compile=perf.speedups.get("compile") if perf else None,
+        speed_of_light=perf.speed_of_light_fraction if perf else None,
+        worker_id=worker_id,
+        verdict=verdict.model_dump(mode="json"),
+    )

@@ -1,0 +1,81 @@
+"""The judge a worker calls, injected so the worker does not care which one it is.
+
+`SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execute`.
+Candidate code never runs in the worker's process: each sandbox call starts its own isolated child, so
+the worker may call them from threads. `CompileOnlyJudge` is for load tests of the service itself: it runs
+the real `prepare` (extraction, static checks, cached compile) but *does not run the candidate*; its
+verdicts say so and carry no timings, so they are never ranked.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import sandbox
+from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict
+from service.core.config import JudgeMode, Settings
+
+
+class Judge(Protocol):
+    mode: str
+
+    def prepare(self, task_id: str, source: str, *, target: str) -> PreparedCandidate | Verdict: ...
+
+    def execute(self, prepared: PreparedCandidate, device: str) -> Verdict: ...
+
+
+def judge_config(settings: Settings) -> JudgeConfig:
+    config = JudgeConfig()
+    if settings.timing_budget_ms is not None:
+        config = replace(config, timing_budget_ms=settings.timing_budget_ms)
+    if settings.trials_per_distribution is not None:
+        config = replace(config, trials_per_distribution=settings.trials_per_distribution)
+    return config
+
+
+@dataclass
+class SandboxJudge:
+    config: JudgeConfig
+    mode: str = JudgeMode.SANDBOX.value
+
+    def prepare(self, task_id: str, source: str, *, target: str) -> PreparedCandidate | Verdict:
+        return sandbox.prepare(task_id, source, target=target, config=self.config)
+
+    def execute(self, prepared: PreparedCandidate, device: str) -> Verdict:
+        return sandbox.execute(prepared, device, config=self.config)
+
+
+@dataclass
+class CompileOnlyJudge(SandboxJudge):
+    mode: str = JudgeMode.COMPILE_ONLY.value
+
+    def execute(self, prepared: PreparedCandidate, device: str) -> Verdict:
+        return Verdict(status=Status.CORRECT, task=prepared.task_id, device=device,
+                       source_sha256=prepared.source_sha256, toolchain=prepared.toolchain, stages=prepared.stages,
+                       imports=prepared.imports, compile_log=prepared.compile_log,
+                       diagnosis="compile-only judge (load testing): compiled, NOT run, NOT checked, NOT timed",
+                       details={"judge_mode": self.mode, "executed": False})
+
+
+def make_judge(settings: Settings) -> Judge:
+    config = judge_config(settings)
+    if settings.mode is JudgeMode.COMPILE_ONLY:
+        return CompileOnlyJudge(config)
+    return SandboxJudge(config)
+
+
+def system_error(task_id: str, device: str, source_sha256: str, stage: str, exc: BaseException) -> Verdict:
+    """The judge itself raised: our failure, never the candidate's. Retried by the queue."""
+    tail = "".join(traceback.format_exception(exc)[-6:])
+    return Verdict(status=Status.SYSTEM_ERROR, task=task_id, device=device, source_sha256=source_sha256,
+                   diagnosis=f"the judge failed during {stage}: {type(exc).__name__}: {exc}",
+                   details={"stage": stage, "traceback": tail[-4000:]})
+
+
+def crash_loop_verdict(task_id: str, device: str, source_sha256: str, crashes: int) -> Verdict:
+    return Verdict(status=Status.RUNTIME_ERROR, task=task_id, device=device, source_sha256=source_sha256,
+                   diagnosis=f"the candidate crashed the judging worker twice (its worker died {crashes} times "
+                             "while judging it); it is not retried",
+                   details={"stage": "worker", "worker_crashes": crashes})

@@ -1,0 +1,54 @@
+"""Shared fixtures: database URLs for SQLite and PostgreSQL, so service tests run against both.
+
+`db_url` is parametrised over both back ends. SQLite: a fresh file per test. PostgreSQL: one fresh
+database per test session on 127.0.0.1:5432 (JUDGE_TEST_PG_URL overrides the server), migrated once,
+emptied before each test, dropped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "api_keys")
+
+
+def _psycopg_dsn(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    import psycopg
+
+    from service.db.migrate import upgrade
+
+    name = f"kj_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    server = _psycopg_dsn(PG_SERVER)
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(url)
+    yield url
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path) -> str:  # noqa: ANN001
+    from service.db.migrate import upgrade
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'judge.db'}"
+        upgrade(url)
+        return url
+    url = request.getfixturevalue("pg_url")
+    import psycopg
+
+    with psycopg.connect(_psycopg_dsn(url), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    return url

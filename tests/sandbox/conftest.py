@@ -1,0 +1,39 @@
+"""Fixtures for judging real candidates on the CPU: one build cache and one baseline cache per session."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sandbox.config import JudgeConfig
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+_HEADER = re.compile(r"^(expect|task|diagnosis|device):\s*(.+?)\s*$", re.M)
+
+
+def corpus_meta(path: Path) -> dict[str, str]:
+    """The `expect:`, `task:` and `diagnosis:` lines from a corpus file's header (docstring or comment)."""
+    head = path.read_text(encoding="utf-8")[:3000]
+    return {key: value for key, value in _HEADER.findall(head)}
+
+
+@pytest.fixture(scope="session")
+def judge_config(tmp_path_factory: pytest.TempPathFactory) -> JudgeConfig:
+    root = tmp_path_factory.mktemp("judge")
+    return JudgeConfig(
+        build_root=root / "builds",
+        cache_root=root / "cache",
+        memory_limit_bytes=3 << 30,
+        call_timeout_s=20.0,
+        timing_budget_ms=300.0,
+        trials_per_distribution=1,
+    )
+
+
+@pytest.fixture
+def fast_config(judge_config: JudgeConfig) -> JudgeConfig:
+    """Same caches, shorter per-call limit: for hangs."""
+    return replace(judge_config, call_timeout_s=8.0)

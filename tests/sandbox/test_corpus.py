@@ -1,0 +1,93 @@
+"""Every candidate in tests/corpus/cpu and tests/corpus/hostile/cpu gets the verdict its header declares.
+
+Each file says `expect:` (a status, or an alternation such as `(tamper_detected|incorrect)` where two
+defences may fire first), `task:` and optionally `diagnosis:` (a regular expression the diagnosis must
+match). The judge runs for real: ninja and g++ builds, an isolated child, fp64 truth in this process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sandbox import Status, judge
+from sandbox.verdict import Verdict
+
+from .conftest import CORPUS, corpus_meta
+
+FILES = sorted((CORPUS / "cpu").glob("*")) + sorted((CORPUS / "hostile" / "cpu").glob("*"))
+
+
+def check_correct(verdict: Verdict) -> None:
+    """A correct verdict carries everything a leaderboard needs."""
+    assert verdict.trials and all(t.passed for t in verdict.trials)
+    assert {t.distribution for t in verdict.trials} >= {"official"}
+    assert len({t.seed for t in verdict.trials}) == len(verdict.trials), "every trial needs a fresh seed"
+    perf = verdict.performance
+    assert perf is not None and perf.candidate.median_ms > 0
+    assert perf.candidate.q25_ms <= perf.candidate.median_ms <= perf.candidate.q75_ms
+    assert set(perf.speedups) == {"eager", "compile"} and all(s > 0 for s in perf.speedups.values())
+    assert perf.speed_of_light_fraction is not None and perf.speed_of_light_fraction > 0
+    assert verdict.environment is not None and verdict.environment.isolation in {"bwrap", "unshare", "none"}
+    assert {"compile", "correctness", "timing"} <= set(verdict.stages)
+    assert verdict.extra_shapes and all(e.passed for e in verdict.extra_shapes)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_corpus_candidate_gets_expected_verdict(path: Path, judge_config, fast_config) -> None:
+    meta = corpus_meta(path)
+    config = fast_config if "timeout" in meta["expect"] else judge_config
+    verdict = judge(meta["task"], path.read_text(encoding="utf-8"), "cpu", config=config)
+    assert re.fullmatch(meta["expect"], verdict.status.value), f"{verdict.status.value}: {verdict.diagnosis}"
+    if "diagnosis" in meta:
+        assert re.search(meta["diagnosis"], verdict.diagnosis), verdict.diagnosis
+    assert verdict.diagnosis.strip(), "every verdict needs a diagnosis"
+    assert Verdict.model_validate_json(verdict.model_dump_json()).model_dump_json() == verdict.model_dump_json()
+    if verdict.status is Status.CORRECT:
+        check_correct(verdict)
+
+
+def test_judge_survives_crash_and_hang_then_judges_correctly(judge_config, fast_config) -> None:
+    """After a segfault and an infinite loop, the same judge process still gives a correct verdict."""
+    for name, expected, config in [("segfault.py", Status.RUNTIME_ERROR, judge_config),
+                                   ("infinite_loop.py", Status.TIMEOUT, fast_config),
+                                   ("kl_div_cpp_correct.py", Status.CORRECT, judge_config)]:
+        path = CORPUS / "cpu" / name
+        verdict = judge(corpus_meta(path)["task"], path.read_text(), "cpu", config=config)
+        assert verdict.status is expected, verdict.diagnosis
+
+
+def test_compile_error_keeps_the_full_log_and_leads_with_the_error(judge_config) -> None:
+    verdict = judge("kl_div", (CORPUS / "cpu" / "compile_error.py").read_text(), "cpu", config=judge_config)
+    assert verdict.status is Status.COMPILE_ERROR
+    first_line = verdict.diagnosis.splitlines()[1]
+    assert re.match(r"main\.cpp:\d+", first_line), verdict.diagnosis
+    assert "undeclared_weight" in verdict.compile_log and "--- full log ---" in verdict.compile_log
+
+
+def test_identical_source_is_built_once(judge_config) -> None:
+    from sandbox import prepare
+
+    source = (CORPUS / "cpu" / "cross_entropy_cpp_correct.py").read_text()
+    first = prepare("cross_entropy", source, target="cpu", config=judge_config)
+    second = prepare("cross_entropy", source, target="cpu", config=judge_config)
+    assert first.build_key == second.build_key and first.build_dir == second.build_dir
+    assert second.compile_cached, "the second prepare must reuse the first build"
+
+
+def test_a_child_that_cannot_start_is_a_system_error_not_the_candidates(judge_config, tmp_path) -> None:
+    """A child that dies before the candidate is loaded (here: too little memory to import torch) is the
+    judge's failure: system_error, which the service retries, never a verdict against the candidate."""
+    from dataclasses import replace
+
+    from sandbox import execute, prepare
+
+    source = (CORPUS / "cpu" / "kl_div_cpp_correct.py").read_text()
+    prepared = prepare("kl_div", source, target="cpu", config=judge_config)
+    assert not isinstance(prepared, Verdict), prepared
+    broken = replace(judge_config, memory_limit_bytes=48 << 20)
+    verdict = execute(prepared, "cpu", config=broken)
+    assert verdict.status is Status.SYSTEM_ERROR, verdict.diagnosis
+    assert "before loading the candidate" in verdict.diagnosis

@@ -1,0 +1,72 @@
+"""GET /v1/leaderboard/{task}: best correct submission per submitter or model, per device; sorting; ties."""
+
+from __future__ import annotations
+
+
+from sandbox.verdict import Environment, Performance, Status, TimingStats, Verdict
+from service import crud
+from service.api.schemas import SubmissionCreate
+
+from service.db.session import Database
+from service.queue import claims as q
+
+
+def judged(db: Database, who: str, model: str, status: Status, median_ms: float | None, device: str = "H100",
+           eager_ms: float = 4.0, compile_ms: float = 0.8) -> str:
+    key = crud.create_key(db, who)[0]
+    sub = crud.create_submission(db, key, SubmissionCreate(task="kl_div", source=f"# {who} {median_ms}",
+                                                           model=model)).submission
+    (claim,) = q.claim(db, "w", 1, 60)
+    perf = None
+    if median_ms is not None:
+        stats = lambda ms: TimingStats(median_ms=ms, q25_ms=ms, q75_ms=ms, min_ms=ms, mean_ms=ms, reps=10)  # noqa: E731
+        perf = Performance(candidate=stats(median_ms), baselines={"eager": stats(eager_ms), "compile": stats(compile_ms)},
+                           speedups={"eager": eager_ms / median_ms, "compile": compile_ms / median_ms},
+                           min_bytes=2 << 30, bandwidth_bytes_per_s=3e12,
+                           speed_of_light_fraction=(2 << 30) / 3e12 * 1e3 / median_ms)
+    verdict = Verdict(status=status, diagnosis="x", task="kl_div", device="cuda:0", source_sha256="s",
+                      performance=perf, environment=Environment(device="cuda:0", device_name=device, torch="2",
+                                                                python="3", isolation="bwrap"))
+    assert q.finish(db, claim.token, verdict, "w", q.RetryPolicy()) == "verdict"
+    return sub.id
+
+
+def test_best_per_submitter_per_device_sorted_by_speedup(client, db):
+    a_slow = judged(db, "ann", "m1", Status.CORRECT, 2.0)
+    a_fast = judged(db, "ann", "m1", Status.CORRECT, 1.0)
+    b = judged(db, "bob", "m2", Status.CORRECT, 1.5)
+    judged(db, "cat", "m3", Status.INCORRECT, 0.1)  # wrong answers are never ranked
+    judged(db, "dan", "m4", Status.CORRECT, None)  # correct but not timed (compile-only): not ranked
+    other = judged(db, "bob", "m2", Status.CORRECT, 3.0, device="A100")
+
+    board = client.get("/v1/leaderboard/kl_div").json()
+    by_device = {d["device_name"]: d["entries"] for d in board["devices"]}
+    assert set(by_device) == {"H100", "A100"}
+    assert [(e["rank"], e["name"], e["submission_id"]) for e in by_device["H100"]] == [(1, "ann", a_fast), (2, "bob", b)]
+    assert by_device["H100"][0]["speedup_eager"] == 4.0
+    assert [e["submission_id"] for e in by_device["A100"]] == [other]
+    assert a_slow not in [e["submission_id"] for e in by_device["H100"]]
+
+    slowest_first = client.get("/v1/leaderboard/kl_div?sort=median_ms&device=H100").json()
+    assert [e["median_ms"] for e in slowest_first["devices"][0]["entries"]] == [1.0, 1.5]
+
+
+def test_group_by_model_and_ties_go_to_the_earlier_submission(client, db):
+    first = judged(db, "ann", "same-model", Status.CORRECT, 1.0)
+    judged(db, "bob", "same-model", Status.CORRECT, 1.0)
+    board = client.get("/v1/leaderboard/kl_div?by=model").json()
+    (entry,) = board["devices"][0]["entries"]
+    assert entry["name"] == "same-model" and entry["submission_id"] == first and entry["submitter"] == "ann"
+
+
+def test_baselines_per_device_appear_on_the_task(client, db):
+    judged(db, "ann", "m", Status.CORRECT, 1.0, device="H100", eager_ms=3.9, compile_ms=0.75)
+    (baseline,) = client.get("/v1/tasks/kl_div").json()["baselines"]
+    assert baseline["device_name"] == "H100" and baseline["baselines_ms"] == {"eager": 3.9, "compile": 0.75}
+    assert abs(baseline["speed_of_light_ms"] - (2 << 30) / 3e12 * 1e3) < 1e-9
+
+
+def test_bad_sort_is_422(client):
+    assert client.get("/v1/leaderboard/kl_div?sort=random").status_code == 422
+
+

@@ -1,0 +1,156 @@
+"""The queue's guarantees, on SQLite and PostgreSQL: atomic claims, leases, exactly-once verdicts,
+crash loops, system_error retries with backoff, release on shutdown."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+from sqlalchemy import func, select, update
+
+from sandbox.verdict import Status, Verdict
+from service import crud
+from service.api.schemas import SubmissionCreate
+from service.db.models import Job, JobAttempt, VerdictRow, utcnow
+from service.db.session import Database
+from service.queue import claims as q
+from service.queue.states import JobState
+
+
+def enqueue(db: Database, n: int) -> list[str]:
+    key = crud.create_key(db, "alice")[0]
+    return [crud.create_submission(db, key, SubmissionCreate(task="kl_div", source=f"# {i}\n")).submission.id
+            for i in range(n)]
+
+
+def verdict(status: Status = Status.CORRECT, diagnosis: str = "ok") -> Verdict:
+    return Verdict(status=status, diagnosis=diagnosis, task="kl_div", device="cpu", source_sha256="x")
+
+
+def expire_leases(db: Database) -> None:
+    with db.transaction() as s:
+        s.execute(update(Job).where(Job.lease_expires_at.is_not(None))
+                  .values(lease_expires_at=utcnow() - dt.timedelta(seconds=1)))
+
+
+def job(db: Database, sub_id: str) -> Job:
+    with db.transaction(read_only=True) as s:
+        return s.scalars(select(Job).where(Job.submission_id == sub_id)).one()
+
+
+def verdict_count(db: Database) -> int:
+    with db.transaction(read_only=True) as s:
+        return s.scalar(select(func.count()).select_from(VerdictRow))
+
+
+def test_claims_are_fifo_and_never_shared(db):
+    ids = enqueue(db, 5)
+    first = q.claim(db, "a", 2, 60)
+    second = q.claim(db, "b", 10, 60)
+    assert [c.submission_id for c in first] == ids[:2]
+    assert [c.submission_id for c in second] == ids[2:]
+    assert q.claim(db, "c", 10, 60) == []
+
+
+def test_concurrent_claimers_in_threads_split_the_queue(db):
+    enqueue(db, 60)
+    got: dict[str, list[int]] = {}
+
+    def run(name: str) -> None:
+        mine = got.setdefault(name, [])
+        while batch := q.claim(db, name, 3, 60):
+            mine.extend(c.job_id for c in batch)
+
+    threads = [threading.Thread(target=run, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = [j for ids in got.values() for j in ids]
+    assert sorted(everything) == list(range(1, 61))  # none lost, none claimed twice
+
+
+def test_expired_lease_is_reclaimed_and_the_late_worker_cannot_record(db):
+    (sub,) = enqueue(db, 1)
+    (slow,) = q.claim(db, "slow", 1, 60)
+    expire_leases(db)
+    (fast,) = q.claim(db, "fast", 1, 60)
+    assert fast.job_id == slow.job_id and fast.token != slow.token and fast.crashes == 1
+    assert q.heartbeat(db, [slow.token, fast.token], 60) == {slow.token}
+    assert q.advance(db, slow.token, JobState.COMPILED) is False
+    assert q.finish(db, fast.token, verdict(diagnosis="fast"), "fast", q.RetryPolicy()) == "verdict"
+    assert q.finish(db, slow.token, verdict(diagnosis="slow"), "slow", q.RetryPolicy()) == "lost"
+    assert verdict_count(db) == 1
+    with db.transaction(read_only=True) as s:
+        assert s.scalar(select(VerdictRow.diagnosis)) == "fast"
+        outcomes = s.scalars(select(JobAttempt.outcome).order_by(JobAttempt.id)).all()
+    assert outcomes == ["crashed", "verdict"]
+
+
+def test_racing_finishers_record_exactly_one_verdict(db):
+    (sub,) = enqueue(db, 1)
+    (claim,) = q.claim(db, "w", 1, 60)
+    barrier = threading.Barrier(8)
+    results = []
+
+    def finish() -> None:
+        barrier.wait()
+        results.append(q.finish(db, claim.token, verdict(), "w", q.RetryPolicy()))
+
+    threads = [threading.Thread(target=finish) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["lost"] * 7 + ["verdict"]
+    assert verdict_count(db) == 1 and job(db, sub).state is JobState.DONE
+
+
+def test_heartbeat_keeps_a_job_from_being_reclaimed(db):
+    enqueue(db, 1)
+    (claim,) = q.claim(db, "w", 1, 60)
+    expire_leases(db)
+    assert q.heartbeat(db, [claim.token], 60) == set()
+    assert q.claim(db, "other", 1, 60) == []
+
+
+def test_crash_count_reaches_the_limit(db):
+    (sub,) = enqueue(db, 1)
+    q.claim(db, "w1", 1, 60)
+    expire_leases(db)
+    q.claim(db, "w2", 1, 60)
+    expire_leases(db)
+    (third,) = q.claim(db, "w3", 1, 60)
+    assert third.crashes == 2 >= q.RetryPolicy().max_worker_crashes
+
+
+def test_system_error_is_retried_with_backoff_then_final(db):
+    (sub,) = enqueue(db, 1)
+    policy = q.RetryPolicy(max_attempts=3, backoff_s=0.0)
+    for attempt in (1, 2):
+        (claim,) = q.claim(db, "w", 1, 60)
+        assert q.finish(db, claim.token, verdict(Status.SYSTEM_ERROR, "disk full"), "w", policy) == "retry"
+        row = job(db, sub)
+        assert row.state is JobState.QUEUED and row.system_errors == attempt and row.last_error == "disk full"
+    (claim,) = q.claim(db, "w", 1, 60)
+    assert q.finish(db, claim.token, verdict(Status.SYSTEM_ERROR, "disk full"), "w", policy) == "verdict"
+    assert job(db, sub).state is JobState.DONE and verdict_count(db) == 1
+
+
+def test_backoff_delays_the_retry(db):
+    (sub,) = enqueue(db, 1)
+    (claim,) = q.claim(db, "w", 1, 60)
+    q.finish(db, claim.token, verdict(Status.SYSTEM_ERROR), "w", q.RetryPolicy(backoff_s=30.0))
+    row = job(db, sub)
+    assert 29 <= (row.not_before - utcnow()).total_seconds() <= 31
+    assert q.claim(db, "w", 1, 60) == []
+
+
+def test_release_requeues_without_counting_a_crash(db):
+    (sub,) = enqueue(db, 1)
+    (claim,) = q.claim(db, "w", 1, 60)
+    assert q.release(db, claim.token) is True
+    row = job(db, sub)
+    assert row.state is JobState.QUEUED and row.crashes == 0 and row.worker_id is None
+    (again,) = q.claim(db, "w2", 1, 60)
+    assert again.crashes == 0 and again.job_id == claim.job_id
