@@ -71,6 +71,21 @@ class Task:
     """Bytes a perfect kernel must move for this shape (reads + writes): the speed-of-light numerator."""
     cpu_extra_shapes: tuple[Shape, ...] = ()
     """Extra shapes at CPU scale (same purpose as extra_shapes, sized for CI)."""
+    timing_distributions: tuple[str, ...] = ()
+    """What the timing phase draws each timed call's distribution from, uniformly and afresh per call.
+    Empty means all of `distributions`. Both tasks name only "planted" here, and that is deliberate: the
+    child must be told what to generate, so the candidate, which runs in the child, can always learn a
+    call's distribution name (from the harness's memory). Every timed distribution must therefore be one
+    on which no shortcut stays inside the tolerance even when the candidate knows the name; the official
+    distribution is not (a 1/64 row sample or the constant-logsumexp trick passes there). "planted" is
+    official-looking everywhere except a few rows at secret positions that carry much of the loss, so
+    knowing the name does not say where they are, and skipping any fixed fraction fails
+    (tests/reference/test_planted.py). An honest memory-bound kernel moves the same bytes whatever the
+    values, so its time is the one it has on the official inputs, comparable with KernelBench's."""
+
+    def timed_distributions(self) -> tuple[str, ...]:
+        """`timing_distributions`, or every distribution when the task leaves it empty."""
+        return self.timing_distributions or self.distributions
 
 
 def generator(seed: int, device: torch.device) -> torch.Generator:
@@ -82,6 +97,20 @@ def log_uniform(n: int, low: float, high: float, gen: torch.Generator, device: t
     """n values spread evenly in log space over [low, high]: per-row scales and temperatures."""
     u = torch.rand(n, 1, generator=gen, device=device)
     return torch.exp(torch.log(torch.tensor(low)) + u * (torch.log(torch.tensor(high)) - torch.log(torch.tensor(low))))
+
+
+def planted_rows(rows: int, fewest: int, most: int, gen: torch.Generator,
+                 device: torch.device) -> tuple[torch.Tensor, int]:
+    """(positions, k): k distinct rows at random positions, k uniform in [rows // fewest, rows // most]
+    (at least 1 and at most `rows`; at least 2 possible values, so the count itself is never certain).
+
+    The count comes from the seed too, so a candidate cannot scale a sub-sample by a known k. One
+    scalar leaves the device (`.item()`): the count must be a Python int to index with.
+    """
+    low = max(1, rows // fewest)
+    high = min(rows, max(low + 1, rows // most))
+    k = int(torch.randint(low, high + 1, (), generator=gen, device=device).item())
+    return torch.randperm(rows, generator=gen, device=device)[:k], k
 
 
 ROW_CHUNK_ELEMENTS = 1 << 24

@@ -9,12 +9,15 @@ torch.compile takes tens of seconds; delete the cache file to refresh.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -26,6 +29,18 @@ from sandbox.environment import device_name
 CACHE_FILE = "baselines.json"
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 """Copy size for the bandwidth probe: far beyond any cache, so it measures memory."""
+
+try:  # resolved here, not in the forked child: dlopen between fork and exec can deadlock
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _die_with_parent() -> None:
+    """preexec: the kernel SIGKILLs the measurement when the worker (thread) that started it dies, so a
+    killed worker leaves no full-CPU baseline behind (PR_SET_PDEATHSIG = 1)."""
+    if _prctl is not None:
+        _prctl(1, int(signal.SIGKILL), 0, 0, 0)
 
 
 def cache_key(task_id: str, device: str, shape: tuple[int, ...], threads: int) -> str:
@@ -46,8 +61,8 @@ def measure_bandwidth(device: torch.device, reps: int = 20) -> float:
     clock = timing.DeviceClock(device)
     clock.calibrate()
 
-    def median_ms(fn) -> float:
-        times, _ = timing.time_calls(clock, fn, reps=reps, warmup=3)
+    def median_ms(fn: Callable[[], object]) -> float:
+        times = timing.time_calls(clock, fn, reps=reps, warmup=3)
         return sorted(times.times_ms)[len(times.times_ms) // 2]
 
     copy = 2 * n * 4 / (median_ms(lambda: dst.copy_(src)) / 1e3)
@@ -66,12 +81,13 @@ def measure(task_id: str, device_str: str, shape: tuple[int, ...], names: tuple[
     result: dict = {"baselines": {}, "bandwidth_bytes_per_s": measure_bandwidth(device)}
     for name in names:
         fn = torch.compile(model) if name == "compile" else model
-        est, _ = timing.time_calls(clock, lambda: fn(*inputs), reps=3, warmup=2)
-        reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps, config.max_reps)
+        est = timing.time_calls(clock, lambda: fn(*inputs), reps=3, warmup=2)
+        reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps,
+                                        config.max_reps)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        times, _ = timing.time_calls(clock, lambda: fn(*inputs), reps=reps, warmup=warmup)
+        times = timing.time_calls(clock, lambda: fn(*inputs), reps=reps, warmup=warmup)
         result["baselines"][name] = timing.summarize(times.times_ms)
         if name == "eager" and device.type == "cuda":
             result["reference_peak_memory_bytes"] = torch.cuda.max_memory_allocated(device) - base
@@ -93,6 +109,7 @@ def get_baselines(task_id: str, device: str, shape: tuple[int, ...], config: Jud
             [sys.executable, "-m", "sandbox.baseline", "--task", task_id, "--device", device,
              "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out)],
             check=True, timeout=1800, env={**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads)},
+            preexec_fn=_die_with_parent,
         )
         cache[key] = json.loads(out.read_text())
         out.unlink()

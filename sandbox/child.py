@@ -7,14 +7,18 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
 - it never computes the reference (no correct answer exists in this process to copy or to find in
   freed memory); the trusted parent computes fp64 ground truth from the same seeds;
 - it hands back raw bytes of outputs and fingerprints of inputs; the parent rebuilds and compares;
-- seeds arrive after the candidate is imported, one per trial, so nothing can be precomputed;
+- seeds arrive after the candidate is imported, one per trial and one per timed call, each only when
+  its call is about to run, so nothing can be precomputed or reused (see sandbox/execute.py);
 - the objects it relies on (timers, synchronisation, tensor methods, its own functions) are captured
   before the import and verified unchanged after every step (`Integrity`); a change is reported as
-  tampering;
+  tampering, and so is a hook through which candidate code would run inside the harness's own steps,
+  such as making a timed call's inputs: a tracer, a profiler, a torch mode left entered, or a kernel
+  registered in the dispatcher for an operator the harness uses;
 - the task's forbidden operators are replaced in the dispatcher by tripwires before the import: a call
   from Python or from C++ through the dispatcher raises and is recorded, even if the candidate catches
   the error;
-- the parent bounds what this process claims about time with its own clock, and the isolation layer
+- the parent bounds what this process claims about time with its own clock around each timed call
+  (`arm` makes the inputs, `go` runs the call alone, `inspect` checks afterwards), and the isolation layer
   bounds what it can reach (no network, no host files, limited memory, processes, time and output).
 
 What remains possible for code in this process is written down in docs/threat-model.md.
@@ -33,7 +37,7 @@ import sys
 import time
 import traceback
 import types
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -80,8 +84,12 @@ _WATCHED = [
 class Integrity:
     """Identity snapshot of every object the judge relies on inside this process."""
 
-    def __init__(self, harness_modules: list[types.ModuleType]) -> None:
+    def __init__(self, harness_modules: list[types.ModuleType], operators: set[str] = frozenset()) -> None:
         self._objects = {path: _resolve(path) for path in _WATCHED}
+        # The dispatcher's table for every operator the harness itself runs (`harness_operators`): a
+        # kernel the candidate registers on one of them (torch.library or TORCH_LIBRARY_IMPL, at any key)
+        # would run candidate code inside the harness's steps, e.g. while `arm` makes a timed call's inputs.
+        self._dispatch = {op: torch._C._dispatch_dump(op) for op in sorted(operators)}
         self._modules = {m.__name__: (m, dict(vars(m))) for m in harness_modules}
         # Classes are mutable: patching DeviceClock.time_call leaves the module's dict unchanged.
         self._classes = {
@@ -108,12 +116,68 @@ class Integrity:
             changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
         for name, (cls, snapshot) in self._classes.items():
             current = vars(cls)
-            changed.extend(f"{name}.{key}" for key, value in snapshot.items() if current.get(key, _MISSING) is not value)
+            changed.extend(f"{name}.{key}" for key, value in snapshot.items()
+                           if current.get(key, _MISSING) is not value)
             changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
+        changed.extend(f"the dispatcher's kernels for {op}" for op, table in self._dispatch.items()
+                       if torch._C._dispatch_dump(op) != table)
+        changed.extend(_active_hooks())
         return changed
 
 
 _MISSING = object()
+
+
+def harness_operators(task: Any, device: torch.device) -> set[str]:
+    """The ATen operators the harness runs outside the candidate's call: making every distribution's inputs,
+    fingerprinting them, copying an output out. Recorded by running them once, before the import, below
+    autograd (a dispatch mode) and above it (a function mode, for composite operators such as softmax)."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: set[str] = set()
+
+    class Below(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            seen.add(func._schema.name)
+            return func(*args, **(kwargs or {}))
+
+    class Above(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            name = getattr(func, "__name__", "")
+            seen.update({f"aten::{name}", f"aten::{name.rstrip('_')}"})
+            return func(*args, **(kwargs or {}))
+
+    shape = (8, 64)  # the same operators as at full size, for a fraction of the cost
+    with Above(), Below():
+        for distribution in task.distributions:
+            inputs = task.make_inputs(shape, distribution, 0, device)
+            _compare.fingerprint(inputs)
+            inputs[0].sum().detach().clone().cpu().contiguous()
+    known = set()
+    for op in seen:
+        try:
+            torch._C._dispatch_dump(op)
+        except RuntimeError:
+            continue  # a Python name with no operator of that name
+        known.add(op)
+    return known
+
+
+def _active_hooks() -> list[str]:
+    """Hooks through which candidate code would run inside the judge's own steps, e.g. while `arm` makes a
+    timed call's inputs (outside the parent's timing window): a tracer or profiler function, a torch
+    function or dispatch mode left entered. None is set by the harness between steps."""
+    hooks = []
+    if sys.gettrace() is not None:
+        hooks.append("sys.settrace (a tracer is installed)")
+    if sys.getprofile() is not None:
+        hooks.append("sys.setprofile (a profiler is installed)")
+    if torch._C._len_torch_function_stack():
+        hooks.append("torch function mode (left entered)")
+    if torch._C._len_torch_dispatch_stack():
+        hooks.append("torch dispatch mode (left entered)")
+    return hooks
 
 
 # --- tripwires: forbidden operators replaced in the dispatcher -----------------------------------
@@ -136,7 +200,7 @@ class Tripwires:
                     except RuntimeError:
                         pass  # the op has no kernel slot for this key (e.g. a composite op on CPU)
 
-    def _tripwire(self, op: str):
+    def _tripwire(self, op: str) -> Callable[..., Any]:
         hits = self.hits
 
         def tripwire(*args: Any, **kwargs: Any) -> Any:
@@ -223,6 +287,8 @@ class Child:
         self.source_path = source_path
         self.res_fd = res_fd
         self.model: torch.nn.Module | None = None
+        self.armed: tuple[Any, list[torch.Tensor]] | None = None
+        self.base_memory = 0
         self.extension_modules: set[str] = set()
         self.kernel_names = self._declared_kernels()
         self.tripwires = Tripwires(self.task.forbidden_aten_ops)
@@ -231,7 +297,8 @@ class Child:
         torch.zeros(1, device=self.device).add_(1)  # create the context and thread pools before counting
         torch.ones(1 << 16).sum()
         self.clock = _timing.DeviceClock(self.device)
-        self.integrity = Integrity([_timing, _protocol, _compare, sys.modules[__name__]])
+        self.integrity = Integrity([_timing, _protocol, _compare, sys.modules[__name__]],
+                                   harness_operators(self.task, self.device))
         self.preloaded_modules = {name.split(".")[0] for name in sys.modules}
         self.base_python_threads = _python_threads()
         self.base_native_threads = _native_threads()
@@ -244,8 +311,12 @@ class Child:
         names |= set(re.findall(r"@triton\.jit[^\n]*\n\s*def\s+(\w+)", text))
         return names
 
-    # Every reply carries what the parent needs to decide policy and tampering.
-    def reply(self, header: dict[str, Any], payloads: list[bytes] | None = None) -> None:
+    # Every reply carries what the parent needs to decide policy and tampering (the `go` reply excepted:
+    # it is inside the parent's timing window, and the `inspect` right after it carries the checks).
+    def reply(self, header: dict[str, Any], payloads: list[bytes] | None = None, *, lean: bool = False) -> None:
+        if lean:
+            _protocol.send(self.res_fd, header, payloads)
+            return
         header = {
             **header,
             "tripwire_hits": sorted(set(self.tripwires.hits)),
@@ -256,7 +327,7 @@ class Child:
         }
         _protocol.send(self.res_fd, header, payloads)
 
-    def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def load(self, cmd: _protocol.Load) -> dict[str, Any]:
         spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, self.source_path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[CANDIDATE_MODULE] = module
@@ -281,8 +352,8 @@ class Child:
             names |= {f.split(".", 1)[0] for f in files if f.endswith(".so")}
         return {n for n in names if n not in self.preloaded_modules}
 
-    def _inputs(self, cmd: dict[str, Any]) -> list[torch.Tensor]:
-        return self.task.make_inputs(tuple(cmd["shape"]), cmd["distribution"], int(cmd["seed"]), self.device)
+    def _inputs(self, cmd: _protocol.Trial | _protocol.Estimate | _protocol.Arm) -> list[torch.Tensor]:
+        return self.task.make_inputs(tuple(cmd.shape), cmd.distribution, cmd.seed, self.device)
 
     def _output_payload(self, out: Any, inputs: list[torch.Tensor]) -> tuple[dict[str, Any], bytes]:
         if type(out) is not torch.Tensor:
@@ -296,9 +367,10 @@ class Child:
             if lo < in_hi and in_lo < hi:
                 raise OutputRejected(f"forward returned a view of (or memory shared with) input {i}")
         host = out.detach().clone().cpu().contiguous()
-        return {"dtype": _compare.dtype_name(host.dtype), "shape": list(host.shape)}, host.view(-1).view(torch.uint8).numpy().tobytes()
+        meta = {"dtype": _compare.dtype_name(host.dtype), "shape": list(host.shape)}
+        return meta, host.view(-1).view(torch.uint8).numpy().tobytes()
 
-    def trial(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+    def trial(self, cmd: _protocol.Trial) -> tuple[dict[str, Any], list[bytes]]:
         inputs = self._inputs(cmd)
         before = _compare.fingerprint(inputs)
         custom_calls: set[str] = set()
@@ -329,69 +401,62 @@ class Child:
                     custom_kernels=kernels[:20])
         return meta, [payload]
 
-    def estimate(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def estimate(self, cmd: _protocol.Estimate) -> dict[str, Any]:
         inputs = self._inputs(cmd)
-        times, _ = _timing.time_calls(self.clock, lambda: self.model(*inputs), reps=3, warmup=1)
+        times = _timing.time_calls(self.clock, lambda: self.model(*inputs), reps=3, warmup=1)
         return {"estimate_ms": sorted(times.times_ms)[1]}
 
-    def time(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
-        """Time forward on the official shape, refilling the inputs from a pool of seeds before each call."""
-        pool = [self.task.make_inputs(tuple(cmd["shape"]), cmd["distribution"], int(seed), self.device)
-                for seed in cmd["seeds"]]
-        work = [t.clone() for t in pool[0]]
-        model = self.model
-
-        def refill(i: int) -> None:
-            for dst, src in zip(work, pool[i % len(pool)]):
-                dst.copy_(src)
-
+    # One timed call is three messages: `arm` (inputs from a fresh seed, fingerprinted, outside the
+    # parent's timing window), `go` (the call alone, answered at once), `inspect` (inputs fingerprinted
+    # again, integrity checks). The parent's clock runs from sending `go` to reading its reply.
+    def arm(self, cmd: _protocol.Arm) -> dict[str, Any]:
+        inputs = self._inputs(cmd)
+        before = _compare.fingerprint(inputs)
+        if cmd.null:
+            def model(*args: torch.Tensor) -> torch.Tensor:  # the empty call
+                return torch.zeros((), device=self.device)
+        else:
+            if self.model is None:
+                raise RuntimeError("arm before load")
+            model = self.model
+        if self.device.type == "cpu":
+            self.clock.flush()  # here, outside the parent's window; on a GPU `go` queues it before the call
+        self.clock.synchronize()
         if self.device.type == "cuda":
+            self.base_memory = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-            base_memory = torch.cuda.memory_allocated(self.device)
-        times, outs = _timing.time_calls(self.clock, lambda: model(*work), int(cmd["reps"]), int(cmd["warmup"]),
-                                         prepare=refill)
-        peak = (torch.cuda.max_memory_allocated(self.device) - base_memory) if self.device.type == "cuda" else None
-        metas, payloads = [], []
-        for out in outs:
-            meta, payload = self._output_payload(out, work)
-            metas.append(meta)
-            payloads.append(payload)
-        header = {
-            "outputs": metas, "times_ms": times.times_ms, "event_ms": times.event_ms,
-            "batch_wall_ms": times.batch_wall_ms, "untimed_ms": times.flush_ms, "hidden_work": times.hidden_work,
-            "host_overhead_ms": self.clock.host_overhead_ms, "peak_memory_bytes": peak,
-            "after": _compare.fingerprint(work), "pool_index": (int(cmd["reps"]) - 1) % len(pool),
-        }
-        return header, payloads
+        self.armed = (model, inputs)
+        return {"before": before}
 
-    def calibrate(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Before the candidate exists: measure the clocks' overhead and build the refill machinery."""
-        overhead = self.clock.calibrate(int(cmd.get("reps", 50)))
-        self._refill_pool = [self.task.make_inputs(tuple(cmd["shape"]), cmd["distribution"], int(seed), self.device)
-                             for seed in cmd["seeds"]]
-        return {"host_overhead_ms": overhead}
+    def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
+        if self.armed is None:
+            raise RuntimeError("go without arm")
+        model, inputs = self.armed
+        call = _timing.time_one_call(self.clock, lambda: model(*inputs), cpu_flushed=True)
+        meta, payload = self._output_payload(call.result, inputs)
+        meta.update(time_ms=call.time_ms, event_ms=call.event_ms, host_ms=call.host_ms, hidden_work=call.hidden_work)
+        return meta, [payload]
 
-    def calibrate_loop(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """The timing loop around a call that does nothing: the parent times this request to learn what
-        flushing and refilling cost per call, measured while no candidate code exists."""
-        pool = self._refill_pool
-        work = [t.clone() for t in pool[0]]
+    def inspect(self, cmd: _protocol.Inspect) -> dict[str, Any]:
+        if self.armed is None:
+            raise RuntimeError("inspect without arm")
+        _, inputs = self.armed
+        self.armed = None
+        peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory) if self.device.type == "cuda" else None
+        return {"after": _compare.fingerprint(inputs), "peak_memory_bytes": peak}
 
-        def refill(i: int) -> None:
-            for dst, src in zip(work, pool[i % len(pool)]):
-                dst.copy_(src)
-
-        _timing.time_calls(self.clock, lambda: work[0], int(cmd["reps"]), 0, prepare=refill)
-        del self._refill_pool
-        return {}
+    def calibrate(self, cmd: _protocol.Calibrate) -> dict[str, Any]:
+        """Before the candidate exists: measure the clocks' overhead."""
+        return {"host_overhead_ms": self.clock.calibrate(cmd.reps)}
 
 
 def serve(child: Child, cmd_fd: int) -> None:
-    handlers = {"calibrate": child.calibrate, "calibrate_loop": child.calibrate_loop, "load": child.load, "trial": child.trial,
-                "estimate": child.estimate, "time": child.time}
+    handlers = {"calibrate": child.calibrate, "load": child.load, "trial": child.trial, "estimate": child.estimate,
+                "arm": child.arm, "go": child.go, "inspect": child.inspect}
     while True:
-        cmd, _ = _protocol.receive(cmd_fd)
-        op = cmd.get("op")
+        header, _ = _protocol.receive(cmd_fd)
+        cmd = _protocol.parse_command(header)
+        op = cmd.op
         if op == "exit":
             return
         try:
@@ -403,13 +468,13 @@ def serve(child: Child, cmd_fd: int) -> None:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             child.reply({"op": op, "ok": False, "error": _error_info(exc),
-                         "cuda_error": isinstance(exc, torch.AcceleratorError) if hasattr(torch, "AcceleratorError") else False,
+                         "cuda_error": hasattr(torch, "AcceleratorError") and isinstance(exc, torch.AcceleratorError),
                          "oom": isinstance(exc, torch.OutOfMemoryError)})
             if isinstance(exc, SystemExit) or op == "load" or "CUDA error" in str(exc):
                 return  # the process state (or the CUDA context) is not fit for another step
             continue
         header, payloads = result if isinstance(result, tuple) else (result, [])
-        child.reply({"op": op, "ok": True, **header}, payloads)
+        child.reply({"op": op, "ok": True, **header}, payloads, lean=op == "go")
 
 
 def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
@@ -428,7 +493,8 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
         _protocol.send(res_fd, {"ok": False, "build_failed": build_failed, "error": info,
                                 "tripwire_hits": sorted(set(tripwires.hits)), "seconds": time.monotonic() - started})
         return
-    _protocol.send(res_fd, {"ok": True, "tripwire_hits": sorted(set(tripwires.hits)), "seconds": time.monotonic() - started})
+    _protocol.send(res_fd, {"ok": True, "tripwire_hits": sorted(set(tripwires.hits)),
+                            "seconds": time.monotonic() - started})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -97,4 +97,5 @@ def compare(output: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float)
         f"error {float(abs_err[flat]):.3g} (relative {float(rel_err[flat]):.3g}) exceeds atol {atol:g} + rtol {rtol:g}"
         f" * |expected|: expected {float(ref[flat]):.9g}, got {float(out[flat]):.9g}"
     )
-    return Comparison(passed, float(abs_err.max()), float(rel_err.max()), index, float(ref[flat]), float(out[flat]), message)
+    return Comparison(passed, float(abs_err.max()), float(rel_err.max()), index, float(ref[flat]), float(out[flat]),
+                      message)

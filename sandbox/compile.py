@@ -63,7 +63,8 @@ def toolchain(target: str) -> str:
         f"target {target}",
     ]
     if target == "cuda":
-        parts += [f"cuda {torch.version.cuda}", f"nvcc {_tool_version(('nvcc', '--version'))}", f"arch {cuda_arch_list()}"]
+        parts += [f"cuda {torch.version.cuda}", f"nvcc {_tool_version(('nvcc', '--version'))}",
+                  f"arch {cuda_arch_list()}"]
     return "; ".join(parts)
 
 

@@ -11,7 +11,15 @@ TRUSTED: this module, the caller (the judge), the kernel, bubblewrap/unshare, an
 before `exec` of the caller's argv (the `_preexec` hook). UNTRUSTED: every process of the argv and its
 descendants, everything it writes (stdout, stderr, the build dir, the pass_fds pipes).
 
-What each mechanism guarantees (`available_mechanism("auto")` picks the strongest that runs here):
+Which mechanism runs: bubblewrap, or nothing. `available_mechanism("auto")` (the default) and
+`available_mechanism("bwrap")` both mean bubblewrap and raise `IsolationUnavailable`, with how to install
+it, where it does not work; the judge then gives a `system_error` verdict (never blamed on the
+candidate) and the service refuses to start (`require_isolation`). The weaker mechanisms run only when
+asked for by name (JUDGE_ISOLATION=unshare or none, for development): a host without bubblewrap never
+degrades silently. Every verdict records the mechanism that ran (`Environment.isolation`), so the
+leaderboard can refuse to rank anything judged under less than bwrap.
+
+What each mechanism guarantees:
 
 - "bwrap" (bubblewrap; preferred; path from $JUDGE_BWRAP or PATH). New network namespace (only a
   down-by-default loopback of its own: 127.0.0.1 is not the host's, so PostgreSQL and the API are out of
@@ -73,6 +81,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import io
 import os
 import resource
 import shutil
@@ -84,9 +93,18 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 MECHANISMS = ("bwrap", "unshare", "none")
-"""Strongest first; "auto" takes the first that runs `true` on this host."""
+"""Strongest first. "auto" means "bwrap"; the others run only when named (a development opt-in)."""
+RANKED_MECHANISMS = frozenset({"bwrap"})
+"""Verdicts judged under these may be ranked; "unshare" leaves the host's files readable, "none" everything."""
+INSTALL_HINT = ("Install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora/RHEL: `dnf install "
+                "bubblewrap`; Arch: `pacman -S bubblewrap`), or set JUDGE_BWRAP to a bwrap binary that works "
+                "here (on a host without a package manager, Debian's .deb unpacks with `dpkg -x`). For "
+                "development only, JUDGE_ISOLATION=unshare (no filesystem isolation: candidates can read host "
+                "files) or JUDGE_ISOLATION=none (no isolation at all) judges without it; such verdicts record "
+                "the weaker mechanism and are not ranked.")
 FLOOD_FACTOR = 16
 """Output past FLOOD_FACTOR x the kept bytes is a flood: the tree is killed instead of read forever."""
 BUILD_MOUNT = "/build"
@@ -98,6 +116,13 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "pass
 
 class IsolationError(RuntimeError):
     """The sandbox itself could not be set up (not the candidate's fault)."""
+
+
+class IsolationUnavailable(IsolationError):
+    """bubblewrap is required (no explicit opt-in to a weaker mechanism) and does not work on this host.
+
+    The message says why and how to install it (`INSTALL_HINT`).
+    """
 
 
 @dataclass(frozen=True)
@@ -219,6 +244,14 @@ class Cgroup:
             return int((mem / "memory.failcnt").read_text()) > 0
         except (OSError, ValueError):
             return False
+
+    def memory_usage(self) -> int | None:
+        """Bytes of memory the job's processes hold now (page cache of their files included)."""
+        mem = self.paths["memory"]
+        try:
+            return int((mem / ("memory.current" if self.version == 2 else "memory.usage_in_bytes")).read_text())
+        except (OSError, ValueError):
+            return None
 
     def kill_all(self) -> None:
         """SIGKILL every process in the cgroup until it is empty (cgroup.kill where the kernel has it)."""
@@ -366,15 +399,45 @@ def _probe(mechanism: str, bwrap: str | None) -> bool:
         return False
 
 
+def _bwrap_problem() -> str:
+    """Why bubblewrap does not work here, in words a person can act on."""
+    configured = os.environ.get("JUDGE_BWRAP")
+    if configured and not Path(configured).exists():
+        return f"JUDGE_BWRAP points at {configured}, which does not exist"
+    path = bwrap_path()
+    if not path:
+        return "bwrap is not installed (not on PATH, JUDGE_BWRAP not set)"
+    probe = SandboxSpec(argv=["true"], env={"PATH": "/usr/bin:/bin"}, writable_dir=Path("/tmp"), cwd="/")
+    try:
+        done = subprocess.run(_argv(probe, "bwrap"), capture_output=True, text=True, timeout=30, cwd="/")
+        detail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = str(exc)
+    return f"{path} cannot create a sandbox here ({detail}; user namespaces may be disabled)"
+
+
 def available_mechanism(requested: str = "auto") -> str:
-    """The mechanism to use: the requested one if it works here, or the strongest that does for "auto"."""
-    if requested == "auto":
-        return next(m for m in MECHANISMS if _works(m))  # "none" always works
-    if requested not in MECHANISMS:
+    """The mechanism to use. "auto" and "bwrap" mean bubblewrap and raise `IsolationUnavailable` where it
+    does not work: nothing falls back to a weaker mechanism unless that mechanism is named."""
+    if requested not in (*MECHANISMS, "auto"):
         raise IsolationError(f"unknown isolation mechanism {requested!r}; choose from {', '.join(MECHANISMS)} or auto")
-    if not _works(requested):
-        raise IsolationError(f"isolation mechanism {requested!r} does not work on this host")
-    return requested
+    mechanism = "bwrap" if requested == "auto" else requested
+    if _works(mechanism):
+        return mechanism
+    if mechanism == "bwrap":
+        raise IsolationUnavailable(f"bubblewrap is required to isolate candidate code and does not work here: "
+                                   f"{_bwrap_problem()}. {INSTALL_HINT}")
+    raise IsolationError(f"isolation mechanism {requested!r} does not work on this host")
+
+
+def require_isolation(requested: str = "auto") -> str:
+    """Start-up check for a judging process: the mechanism judging will use, or `IsolationUnavailable`
+    (`IsolationError` for a mechanism that is unknown or cannot run) with how to fix it.
+
+    Pass the judge's configured mechanism (`JudgeConfig.isolation`, from JUDGE_ISOLATION). Call it before
+    accepting work, so that a host without bubblewrap refuses to start instead of failing every job.
+    """
+    return available_mechanism(requested)
 
 
 # --- the process -------------------------------------------------------------------------------------
@@ -382,7 +445,7 @@ def available_mechanism(requested: str = "auto") -> str:
 class _Capture:
     """Reads a pipe to its end, keeping the first `keep` bytes and counting the rest."""
 
-    def __init__(self, stream, keep: int, on_flood) -> None:
+    def __init__(self, stream: io.BufferedReader, keep: int, on_flood: Callable[[], None]) -> None:
         self.data = bytearray()
         self.total = 0
         self._keep = keep
@@ -390,7 +453,7 @@ class _Capture:
         self.thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
         self.thread.start()
 
-    def _run(self, stream) -> None:
+    def _run(self, stream: io.BufferedReader) -> None:
         flooded = False
         while chunk := stream.read1(1 << 16):
             self.total += len(chunk)
@@ -488,6 +551,11 @@ class SandboxedProcess:
         if self._oom_at_cleanup is not None:
             return self._oom_at_cleanup
         return bool(self.cgroup and self.cgroup.oom_killed())
+
+    def memory_bytes(self) -> int | None:
+        """The tree's memory use now, from its cgroup; None without one (RLIMIT_AS then fails allocations
+        at the limit, so a runaway allocation ends in MemoryError rather than in a slow climb)."""
+        return self.cgroup.memory_usage() if self.cgroup else None
 
     def poll(self) -> int | None:
         self._popen.poll()

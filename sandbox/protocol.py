@@ -1,4 +1,4 @@
-"""The parent/child wire format: length-prefixed JSON headers followed by raw byte payloads.
+"""The parent/child wire format and messages: length-prefixed JSON headers, raw byte payloads, typed models.
 
 Nothing here unpickles or evaluates: the parent reads at most `limit` bytes, parses JSON, and builds
 tensors from raw bytes with a dtype and shape it validates itself. Everything the child sends is
@@ -12,7 +12,9 @@ import os
 import select
 import struct
 import time
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 _LEN = struct.Struct("<Q")
 MAX_HEADER = 1 << 20
@@ -82,3 +84,211 @@ def receive(fd: int, *, deadline: float | None = None, limit: int = 64 << 20) ->
     if sum(sizes) > limit:
         raise ProtocolError(f"payloads of {sum(sizes)} bytes exceed the limit of {limit}")
     return header, [_read_exact(fd, s, deadline) for s in sizes]
+
+
+# --- typed messages -------------------------------------------------------------------------------
+#
+# Every message is declared once here. Commands go parent -> child (trusted both ways, typed for the
+# reader); replies go child -> parent and are UNTRUSTED: the parent validates each one against the model
+# of the reply it is waiting for (`parse_reply`) and treats a reply that does not fit as tampering.
+# Models are strict (no "1.5" -> 1.5 coercion) and forbid unknown fields, so a forged or corrupted
+# message fails loudly at the boundary instead of deep inside the verdict logic.
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+Shape = Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=8)]
+Fingerprints = Annotated[list[Annotated[str, Field(max_length=200)]], Field(max_length=16)]
+Names = Annotated[list[Annotated[str, Field(max_length=2000)]], Field(max_length=1000)]
+
+
+class Calibrate(Message):
+    """Before the candidate exists: measure the clocks' own overhead."""
+
+    op: Literal["calibrate"] = "calibrate"
+    reps: int
+
+
+class Load(Message):
+    """Import the candidate and build ModelNew: from here on the child is untrusted."""
+
+    op: Literal["load"] = "load"
+
+
+class Trial(Message):
+    """One correctness trial: generate inputs from the seed, call once, return output and fingerprints."""
+
+    op: Literal["trial"] = "trial"
+    shape: Shape
+    distribution: str
+    seed: int
+
+
+class Estimate(Message):
+    """A few untimed-for-score calls on one input set, to size the timing plan."""
+
+    op: Literal["estimate"] = "estimate"
+    shape: Shape
+    distribution: str
+    seed: int
+
+
+class Arm(Message):
+    """Generate one timed call's inputs from a seed the child has not seen, fingerprint them, wait for Go.
+
+    `null` arms a do-nothing call (before the candidate is loaded): the parent measures what a round
+    trip costs around a call that takes no time.
+    """
+
+    op: Literal["arm"] = "arm"
+    shape: Shape
+    distribution: str
+    seed: int
+    null: bool = False
+
+
+class Go(Message):
+    """Run the armed call now, timed; reply at once with the output and the measured time."""
+
+    op: Literal["go"] = "go"
+
+
+class Inspect(Message):
+    """After a timed call: fingerprint its inputs again and report the integrity checks."""
+
+    op: Literal["inspect"] = "inspect"
+
+
+class Exit(Message):
+    op: Literal["exit"] = "exit"
+
+
+Command = Annotated[Calibrate | Load | Trial | Estimate | Arm | Go | Inspect | Exit, Field(discriminator="op")]
+_COMMAND = TypeAdapter(Command)
+
+
+def parse_command(header: dict[str, Any]) -> Command:
+    header = {k: v for k, v in header.items() if k != "payload_sizes"}
+    return _COMMAND.validate_python(header)
+
+
+class ErrorInfo(Message):
+    type: str
+    message: str
+    where: str | None = None
+    traceback: str = ""
+
+
+class Reply(Message):
+    """What every reply carries: success, and what the parent needs to decide policy and tampering.
+
+    The integrity fields are empty on a `GoReply` (kept lean: it is inside the parent's timing window);
+    the `InspectReply` that follows each timed call carries them.
+    """
+
+    op: str
+    ok: bool
+    payload_sizes: list[Annotated[int, Field(ge=0)]] = []
+    error: ErrorInfo | None = None
+    oom: bool = False
+    cuda_error: bool = False
+    rejected_output: str | None = None
+    """forward() returned something that is not a plain, fresh tensor on the right device."""
+    tripwire_hits: Names = []
+    tampered: Names = []
+    python_threads: int = 0
+    native_threads: int = 0
+    processes: Names = []
+
+
+class Ready(Reply):
+    op: Literal["ready"]
+
+
+class CalibrateReply(Reply):
+    op: Literal["calibrate"]
+    host_overhead_ms: float
+
+
+class LoadReply(Reply):
+    op: Literal["load"]
+    extensions: Names
+
+
+class OutputMeta(Message):
+    dtype: str
+    shape: Shape
+
+
+class TrialReply(Reply):
+    op: Literal["trial"]
+    dtype: str
+    shape: Shape
+    before: Fingerprints
+    after: Fingerprints
+    custom_calls: Names
+    custom_ops: Names
+    custom_kernels: Names
+
+
+class EstimateReply(Reply):
+    op: Literal["estimate"]
+    estimate_ms: Annotated[float, Field(ge=0)]
+
+
+class ArmReply(Reply):
+    op: Literal["arm"]
+    before: Fingerprints
+
+
+class GoReply(Reply):
+    op: Literal["go"]
+    dtype: str
+    shape: Shape
+    time_ms: float
+    """The child's claim: what this call took (events on a GPU, the host clock on the CPU)."""
+    event_ms: float | None = None
+    host_ms: float
+    """The host clock around the whole call, device-wide synchronisation included."""
+    hidden_work: bool
+
+
+class InspectReply(Reply):
+    op: Literal["inspect"]
+    after: Fingerprints
+    peak_memory_bytes: int | None = None
+
+
+class BuildReply(Message):
+    """The compile-mode child's one message."""
+
+    ok: bool
+    payload_sizes: list[int] = []
+    build_failed: bool = False
+    error: ErrorInfo | None = None
+    tripwire_hits: Names = []
+    seconds: float
+
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def op_of(model: type[Reply]) -> str:
+    """The `op` a reply model answers (its Literal)."""
+    return model.model_fields["op"].annotation.__args__[0]
+
+
+def parse_reply(header: dict[str, Any], model: type[R]) -> R | Reply:
+    """Validate an untrusted reply against `model`; a failed step (ok false, rejected output) is a plain `Reply`.
+
+    Raises ProtocolError (the parent's verdict: tamper_detected, rule "protocol") when it does not fit.
+    """
+    try:
+        if model is not BuildReply and (header.get("ok") is not True or header.get("rejected_output") is not None):
+            return Reply.model_validate(header)
+        return model.model_validate(header)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "message"
+        raise ProtocolError(f"malformed {model.__name__}: {where}: {first['msg']}") from None

@@ -158,5 +158,6 @@ def check_source(source: str, forbidden_names: frozenset[str], forbidden_aten_op
     for attr, line in resolver.getattr_strings:
         if attr in short_names and attr not in seen:
             seen.add(attr)
-            report.findings.append(Finding("forbidden_operator", f"getattr(..., {attr!r}) reaches a forbidden operator", line))
+            report.findings.append(Finding("forbidden_operator",
+                                           f"getattr(..., {attr!r}) reaches a forbidden operator", line))
     return report

@@ -8,12 +8,15 @@ exception that takes the judge down.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from typing_extensions import Self
 
 import reference
 import sandbox
@@ -22,6 +25,16 @@ from sandbox.config import JudgeConfig
 
 BUILD_MOUNT = "/build"
 CODE_MOUNT = "/judge"
+MEMORY_RUNAWAY_BYTES = 1 << 30
+"""A call that times out after its tree grew by this much memory was exhausting memory, not computing.
+Why not wait for the memory limit: where the host pages memory in slowly (seen on the CI machine: ~200
+MB/s under load, issue 11) a runaway allocation needs minutes to reach the default 16 GiB and the call
+times out first. No honest call grows host memory by 1 GiB: inputs live on the device (GPU) or are a
+few MiB (CPU sizes), and the CUDA context is created before any candidate call."""
+PROFILER_NOISE = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+\.cpp:\d+\] ")
+"""torch's profiler (kineto) log lines, e.g. `USDT:2026-11-23 12:44:43 2:2 SyncActivityProfilerHandler.cpp:52]
+profiler_start`: the judge's run-time operator tripwires start it, so without this filter they end every
+diagnosis in place of the candidate's own last output."""
 
 
 class ChildFailure(Exception):
@@ -136,16 +149,22 @@ class ChildSession:
             raise self._failure("the child closed its command pipe") from None
 
     def receive(self, timeout_s: float, limit: int = 64 << 20) -> ChildResult:
+        memory_before = self.process.memory_bytes()
         try:
             header, payloads = protocol.receive(self._res_r, deadline=time.monotonic() + timeout_s, limit=limit)
         except protocol.ChannelTimeout:
+            runaway = self._memory_runaway(memory_before)
             self.kill()
+            if runaway:
+                raise ChildFailure("oom", f"no answer within {timeout_s:.0f} s while {runaway}", stderr=self.stderr(),
+                                   oom=True) from None
             raise ChildFailure("timeout", f"no answer within {timeout_s:.0f} s", stderr=self.stderr()) from None
         except protocol.ChannelClosed:
             raise self._failure("the child exited without answering") from None
         except protocol.ProtocolError as exc:
             self.kill()
-            raise ChildFailure("protocol", f"the child broke the result protocol: {exc}", stderr=self.stderr()) from None
+            raise ChildFailure("protocol", f"the child broke the result protocol: {exc}",
+                               stderr=self.stderr()) from None
         return ChildResult(header, payloads)
 
     def request(self, header: dict[str, Any], timeout_s: float) -> ChildResult:
@@ -173,8 +192,19 @@ class ChildSession:
                                 stderr=self.stderr(), oom=oom)
         return ChildFailure("exited", f"{message} (exit code {rc})", returncode=rc, stderr=self.stderr(), oom=oom)
 
+    def _memory_runaway(self, before: int | None) -> str | None:
+        """How the tree's memory grew during a call that timed out, if that looks like exhaustion."""
+        now = self.process.memory_bytes()
+        if before is None or now is None or now - before < MEMORY_RUNAWAY_BYTES:
+            return None
+        limit = self.process.spec.limits.memory_bytes
+        return (f"its host memory grew by {(now - before) / 2**30:.1f} GiB to {now / 2**30:.1f} GiB (limit "
+                f"{limit / 2**30:.0f} GiB): it was exhausting memory")
+
     def stderr(self) -> str:
-        return self.process.output_text()
+        """The child's output without torch profiler log lines (see PROFILER_NOISE)."""
+        text = self.process.output_text()
+        return "\n".join(line for line in text.splitlines() if not PROFILER_NOISE.match(line))
 
     def kill(self) -> None:
         self.process.kill_tree()
@@ -192,7 +222,7 @@ class ChildSession:
             except OSError:
                 pass
 
-    def __enter__(self) -> "ChildSession":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,6 +8,7 @@ rm -rf .whl .debs && mkdir -p .whl .debs
 # With their dependencies, resolved for the image's CPython 3.12 (fastapi needs opentelemetry-api, say).
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .whl pydantic pydantic-settings fastapi uvicorn sqlalchemy alembic
+    -d .whl pydantic pydantic-settings fastapi fastapi-offline uvicorn sqlalchemy alembic jinja2 typer rich \
+    pygments prometheus-client typing-extensions
 (cd .debs && apt-get download bubblewrap)
 du -sh .whl .debs

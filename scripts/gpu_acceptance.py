@@ -143,7 +143,8 @@ def main() -> int:
             spread = {k: (max(s) - min(s)) / statistics.mean(s) for k, s in speedups.items()}
             repeat_lines.append(
                 f"| {name} | {', '.join(f'{m:.4f}' for m in medians)} | "
-                + " | ".join(f"{', '.join(f'{x:.3f}' for x in s)} (spread {100 * spread[k]:.2f}%)" for k, s in sorted(speedups.items()))
+                + " | ".join(f"{', '.join(f'{x:.3f}' for x in s)} (spread {100 * spread[k]:.2f}%)"
+                             for k, s in sorted(speedups.items()))
                 + " |"
             )
             print(repeat_lines[-1], flush=True)

@@ -298,7 +298,8 @@ def main() -> int:
         try:
             models[path.stem] = import_candidate(path)
         except Exception as exc:  # noqa: BLE001
-            errors[path.stem] = f"import: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ''}"
+            last = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else ""
+            errors[path.stem] = f"import: {type(exc).__name__}: {last}"
             log(f"  import {path.name} FAILED: {errors[path.stem]}")
 
     bw = copy_bandwidth(dev)
@@ -355,7 +356,8 @@ def main() -> int:
                 if not passes(y3, t_true) and row["ok"]:
                     row["note"] = f"fails after timing (rel err {fmt_e(rel_err(y3, t_true))})"
             except Exception as exc:  # noqa: BLE001
-                row["note"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+                first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+                row["note"] = f"{type(exc).__name__}: {first}"
                 traceback.print_exc()
             log(f"   {name}: err {fmt_e(row.get('err'))}, median {row.get('med', float('nan')):.4f} ms "
                 f"({row.get('note', '')})")

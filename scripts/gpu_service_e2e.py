@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-CANDIDATES = [("kl_div", "tests/corpus/cuda/kl_div_fast.py"), ("cross_entropy", "tests/corpus/cuda/cross_entropy_fast.py")]
+CANDIDATES = [("kl_div", "tests/corpus/cuda/kl_div_fast.py"),
+              ("cross_entropy", "tests/corpus/cuda/cross_entropy_fast.py")]
 
 
 def ts(value: str | None) -> dt.datetime | None:
@@ -55,7 +56,8 @@ def main() -> int:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise SystemExit("the service did not become ready; see service_e2e.log")
                 time.sleep(0.5)
-            key = client.post("/v1/keys", json={"submitter": "e2e"}, headers={"Authorization": "Bearer e2e-admin"}).json()["key"]
+            key = client.post("/v1/keys", json={"submitter": "e2e"},
+                              headers={"Authorization": "Bearer e2e-admin"}).json()["key"]
             auth = {"Authorization": f"Bearer {key}"}
             for task, path in (c.split(":", 1) for c in args.candidates):
                 t_post = time.monotonic()
@@ -79,8 +81,9 @@ def main() -> int:
                 median = perf.get("candidate", {}).get("median_ms")
                 stages = v.get("stages", {})
                 rows.append(f"| {task} | {Path(path).name} | {posted.status_code} | {post_ms:.0f} | {v['status']} | "
-                            f"{median if median is None else f'{median:.4f}'} | {wall:.1f} | {queue:.1f} | {compile_s:.1f} | "
-                            f"{wait:.1f} | {gpu:.1f} | {stages.get('baselines', 0):.1f} | {stages.get('timing', 0):.1f} |")
+                            f"{median if median is None else f'{median:.4f}'} | {wall:.1f} | {queue:.1f} | "
+                            f"{compile_s:.1f} | {wait:.1f} | {gpu:.1f} | {stages.get('baselines', 0):.1f} | "
+                            f"{stages.get('timing', 0):.1f} |")
                 print(rows[-1], flush=True)
             board = client.get("/v1/leaderboard/kl_div").json()
     finally:

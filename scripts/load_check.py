@@ -99,7 +99,8 @@ def start_service(args: argparse.Namespace, workdir: Path) -> tuple[str, str, li
         with Database(url).transaction() as session:  # an empty database for a fair count
             for table in reversed(Base.metadata.sorted_tables):
                 session.execute(table.delete())
-    key = crud.create_key(Database(url), "load-check")[1]
+    with Database(url).transaction() as session:
+        key = crud.create_key(session, "load-check")[1]
     env = {**os.environ, "DATABASE_URL": url, "JUDGE_DEVICES": "cpu", "JUDGE_MODE": args.judge_mode,
            "JUDGE_RATE_LIMIT_BURST": "100000", "JUDGE_RATE_LIMIT_PER_MINUTE": "1000000",
            "JUDGE_QUEUE_QUOTA": "100000", "JUDGE_LOG_LEVEL": "WARNING", "JUDGE_POLL_S": "0.1",
@@ -158,13 +159,17 @@ def main() -> int:
                 proc.wait(120)
 
     ms = [1e3 * x for x in latencies]
-    db = "PostgreSQL" if (args.database_url or "").startswith("postgresql") else ("SQLite (WAL)" if not args.url else "?")
+    if (args.database_url or "").startswith("postgresql"):
+        db = "PostgreSQL"
+    else:
+        db = "SQLite (WAL)" if not args.url else "?"
+    mode_note = " (real sandbox.prepare, candidates not executed)" if args.judge_mode == "compile-only" else ""
     print(f"""
 ### Load check ({time.strftime('%Y-%m-%d')})
 
 `scripts/load_check.py --clients {args.clients} --submissions {args.submissions}` on {os.cpu_count()} cores
 ({platform.processor() or platform.machine()}), {db}, one uvicorn process, {args.workers} worker process(es),
-judge mode `{args.judge_mode}`{' (real sandbox.prepare, candidates not executed)' if args.judge_mode == 'compile-only' else ''}.
+judge mode `{args.judge_mode}`{mode_note}.
 
 | measure | value |
 |---|---|

@@ -71,7 +71,8 @@ def _block_row_sums(terms: torch.Tensor) -> torch.Tensor:
     return acc[:, 0]
 
 
-def _row_values(task_id: TaskId, inputs: list[torch.Tensor], row_sum: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def _row_values(task_id: TaskId, inputs: list[torch.Tensor],
+                row_sum: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """fp32 per-row loss contributions (before the batch mean), computed chunk by chunk."""
     a, b = inputs
     rows, cols = a.shape

@@ -1,4 +1,9 @@
-"""The few database operations routes and the CLI share: keys, submissions, leaderboard, baselines."""
+"""The few database operations routes and the CLI share: keys, submissions, leaderboard, baselines.
+
+Every function takes the caller's `Session` first and never opens or commits a transaction itself: the
+caller decides the transaction's extent (`with db.transaction() as session: crud.create_key(session, ...)`),
+so several operations can share one, and a route's session comes from one dependency (service.api.deps).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,8 @@ import datetime as dt
 import hashlib
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, cast, exists, false, func, or_, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -14,8 +20,7 @@ from sandbox.verdict import Status, Verdict
 from service.api import schemas
 from service.core.security import display_prefix, generate_key, hash_key
 from service.db.models import ApiKey, Job, Submission, VerdictRow, utcnow
-from service.db.session import Database
-from service.queue.states import PUBLIC, JobState
+from service.queue.states import FINAL, PUBLIC, JobState, PublicStatus
 
 
 def aware(value: dt.datetime | None) -> dt.datetime | None:
@@ -25,11 +30,12 @@ def aware(value: dt.datetime | None) -> dt.datetime | None:
 
 # --- keys ----------------------------------------------------------------------------------------
 
-def create_key(db: Database, submitter: str) -> tuple[ApiKey, str]:
+def create_key(session: Session, submitter: str) -> tuple[ApiKey, str]:
+    """A new key for `submitter`: the row (flushed, so its id is set) and the secret, which is never stored."""
     key = generate_key()
     row = ApiKey(submitter=submitter, prefix=display_prefix(key), key_hash=hash_key(key))
-    with db.transaction() as session:
-        session.add(row)
+    session.add(row)
+    session.flush()
     return row, key
 
 
@@ -38,17 +44,16 @@ def find_key(session: Session, key: str) -> ApiKey | None:
     return row if row is not None and row.revoked_at is None else None
 
 
-def list_keys(db: Database) -> list[ApiKey]:
-    with db.transaction(read_only=True) as session:
-        return list(session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
+def list_keys(session: Session) -> list[ApiKey]:
+    return list(session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
 
 
-def revoke_key(db: Database, key_id: str) -> ApiKey | None:
-    with db.transaction() as session:
-        row = session.get(ApiKey, key_id)
-        if row is not None and row.revoked_at is None:
-            row.revoked_at = utcnow()
-        return row
+def revoke_key(session: Session, key_id: str) -> ApiKey | None:
+    row = session.get(ApiKey, key_id)
+    if row is not None and row.revoked_at is None:
+        row.revoked_at = utcnow()
+        session.flush()
+    return row
 
 
 def key_out(row: ApiKey) -> schemas.KeyOut:
@@ -87,31 +92,39 @@ def sha256(text: str) -> str:
 
 
 def unfinished_count(session: Session, key_id: str) -> int:
+    """Interactive submissions of this key still waiting or being judged (the queue quota's measure).
+
+    Batch samples have their own quota (service.batches) and cancelled jobs are final: counting either here
+    would answer 429 to a key whose only backlog is a large batch."""
     return session.scalar(select(func.count()).select_from(Job).join(Submission)
-                          .where(Submission.api_key_id == key_id, Job.state != JobState.DONE)) or 0
+                          .where(Submission.api_key_id == key_id, Submission.batch_id.is_(None),
+                                 Job.state.not_in(FINAL))) or 0
 
 
-def create_submission(db: Database, key: ApiKey, body: schemas.SubmissionCreate) -> Created:
-    """Insert the submission and its queued job in one transaction: durable once this returns."""
+def create_submission(session: Session, key: ApiKey, body: schemas.SubmissionCreate) -> Created:
+    """Insert the submission and its queued job (flushed, in the caller's transaction: durable once that
+    commits), or return the earlier submission with the same idempotency key."""
+    existing = find_idempotent(session, key.id, body.idempotency_key)
+    if existing is not None:
+        return check_replay(existing, body)
     submission = Submission(task_id=body.task, source=body.source, source_sha256=sha256(body.source),
                             api_key_id=key.id, submitter=key.submitter, idempotency_key=body.idempotency_key,
                             model=body.model, sample_index=body.sample_index, sampling=body.sampling, tags=body.tags)
     try:
-        with db.transaction() as session:
-            existing = find_idempotent(session, key.id, body.idempotency_key)
-            if existing is not None:
-                return check_replay(existing, body)
+        # A savepoint, so that losing the race below leaves the caller's transaction usable.
+        with session.begin_nested():
             session.add(submission)
             session.flush()
             session.add(Job(submission_id=submission.id, task_id=body.task, queued_at=submission.created_at,
                             not_before=submission.created_at))
+            session.flush()
     except IntegrityError:
-        # A concurrent request with the same idempotency key won the insert: return its submission.
-        with db.transaction(read_only=True) as session:
-            existing = find_idempotent(session, key.id, body.idempotency_key)
-            if existing is None:
-                raise
-            return check_replay(existing, body)
+        # A concurrent request with the same idempotency key won the insert (PostgreSQL waited for it to
+        # commit before raising, and READ COMMITTED lets the next statement see it): return its submission.
+        existing = find_idempotent(session, key.id, body.idempotency_key)
+        if existing is None:
+            raise
+        return check_replay(existing, body)
     return Created(submission, duplicate=False)
 
 
@@ -119,16 +132,27 @@ def queue_position(session: Session, job: Job) -> int | None:
     if job.state is not JobState.QUEUED:
         return None
     now = utcnow()
+    # Jobs a worker will claim first, in the claim order (service.queue.claims.claim): interactive jobs
+    # (fair_key null) before batch jobs, then by fair_key, then by id.
+    if job.fair_key is None:
+        ahead = Job.fair_key.is_(None) & (Job.id < job.id)
+    else:
+        ahead = (Job.fair_key.is_(None) | (Job.fair_key < job.fair_key)
+                 | ((Job.fair_key == job.fair_key) & (Job.id < job.id)))
     return session.scalar(select(func.count()).select_from(Job).where(
-        Job.state == JobState.QUEUED, Job.id < job.id, Job.not_before <= now)) or 0
+        Job.state == JobState.QUEUED, Job.not_before <= now, ahead)) or 0
 
 
 def submission_view(session: Session, submission_id: str) -> schemas.SubmissionOut | None:
-    row = session.execute(select(Submission, Job).join(Job).where(Submission.id == submission_id)).first()
-    if row is None:
+    sub = session.get(Submission, submission_id)
+    if sub is None:
         return None
-    sub, job = row
-    verdict_row = session.scalars(select(VerdictRow).where(VerdictRow.submission_id == sub.id)).first()
+    # A duplicate inside a batch has no job of its own: it shares the job and verdict of the sample it repeats.
+    judged_id = sub.duplicate_of or sub.id
+    job = session.scalars(select(Job).where(Job.submission_id == judged_id)).first()
+    if job is None:
+        return None
+    verdict_row = session.scalars(select(VerdictRow).where(VerdictRow.submission_id == judged_id)).first()
     return schemas.SubmissionOut(
         id=sub.id, task=sub.task_id, submitter=sub.submitter, model=sub.model, sample_index=sub.sample_index,
         sampling=sub.sampling, tags=sub.tags, source_sha256=sub.source_sha256,
@@ -139,76 +163,104 @@ def submission_view(session: Session, submission_id: str) -> schemas.SubmissionO
                                       finished_at=aware(job.finished_at)),
         attempts=job.claims, compile_cached=job.compile_cached,
         verdict=Verdict.model_validate(verdict_row.verdict) if verdict_row else None,
+        duplicate_of=sub.duplicate_of,
     )
 
 
-# --- leaderboard ---------------------------------------------------------------------------------
-
-SORTS = {
-    "speedup_eager": (VerdictRow.speedup_eager, True),
-    "speedup_compile": (VerdictRow.speedup_compile, True),
-    "speed_of_light": (VerdictRow.speed_of_light, True),
-    "median_ms": (VerdictRow.median_ms, False),
-}
-"""Leaderboard sort keys: column and whether larger is better."""
+def submission_source(session: Session, submission_id: str) -> Submission | None:
+    return session.get(Submission, submission_id)
 
 
-def leaderboard(db: Database, task_id: str, by: str, sort: str, device_name: str | None, limit: int) -> schemas.Leaderboard:
-    """Best correct submission per submitter (or model) per device model; ties go to the earlier submission."""
-    column, larger_better = SORTS[sort]
-    group = Submission.submitter if by == "submitter" else Submission.model
-    order = (column.desc() if larger_better else column.asc(), Submission.created_at.asc(), Submission.id.asc())
-    ranked = (
-        select(VerdictRow.device_name, group.label("name"), Submission.submitter, Submission.model,
-               Submission.id.label("submission_id"), Submission.created_at, VerdictRow.median_ms,
-               VerdictRow.speedup_eager, VerdictRow.speedup_compile, VerdictRow.speed_of_light,
-               func.row_number().over(partition_by=(VerdictRow.device_name, group), order_by=order).label("best"))
-        .join(Submission, Submission.id == VerdictRow.submission_id)
-        .where(VerdictRow.task_id == task_id, VerdictRow.status == Status.CORRECT, column.is_not(None),
-               VerdictRow.device_name.is_not(None), group.is_not(None))
-    )
-    if device_name:
-        ranked = ranked.where(VerdictRow.device_name == device_name)
-    sub = ranked.subquery()
-    metric = sub.c[sort]
-    query = (select(sub).where(sub.c.best == 1)
-             .order_by(sub.c.device_name, metric.desc() if larger_better else metric.asc(), sub.c.created_at,
-                       sub.c.submission_id))
-    boards: dict[str, list[schemas.LeaderboardEntry]] = {}
-    with db.transaction(read_only=True) as session:
-        for row in session.execute(query):
-            entries = boards.setdefault(row.device_name, [])
-            if len(entries) >= limit:
-                continue
-            entries.append(schemas.LeaderboardEntry(
-                rank=len(entries) + 1, name=row.name, submitter=row.submitter, model=row.model,
-                submission_id=row.submission_id, median_ms=row.median_ms, speedup_eager=row.speedup_eager,
-                speedup_compile=row.speedup_compile, speed_of_light=row.speed_of_light,
-                submitted_at=aware(row.created_at)))
-    return schemas.Leaderboard(task=task_id, by=by, sort=sort,
-                               devices=[schemas.DeviceBoard(device_name=d, entries=e) for d, e in boards.items()])
+@dataclass
+class SubmissionFilter:
+    """GET /v1/submissions filters; None means any."""
+
+    task: str | None = None
+    status: PublicStatus | None = None
+    verdict: Status | None = None
+    model: str | None = None
+    tag: str | None = None
+    batch: str | None = None
 
 
-def device_baselines(db: Database, task_id: str) -> list[schemas.DeviceBaseline]:
+def _has_tag(session: Session, tag: str):  # noqa: ANN202
+    """`tags` is a JSON list: SQLite searches it with json_each, PostgreSQL with jsonb containment."""
+    if session.get_bind().dialect.name == "sqlite":
+        each = func.json_each(Submission.tags).table_valued("value")
+        return exists(select(1).select_from(each).where(each.c.value == tag))
+    return cast(Submission.tags, JSONB).contains([tag])
+
+
+BATCH_COLUMN = "batch_id"
+"""The hook for batches (migration 0004 adds `submissions.batch_id`): the `batch` filter uses that column when
+the model has it; until then no submission belongs to a batch and the filter matches nothing."""
+
+
+class UnknownCursor(LookupError):
+    """The cursor is not one of the caller's submissions."""
+
+
+def list_submissions(session: Session, submitter: str, filters: SubmissionFilter, limit: int,
+                     after: str | None = None) -> tuple[list[schemas.SubmissionSummary], str | None]:
+    """One page of `submitter`'s submissions, newest first, and the cursor of the next page (None at the end).
+
+    The cursor is the id of the page's last submission; the next page starts after its (created_at, id), so
+    it stays stable while new submissions arrive (they sort before it)."""
+    cursor = None
+    if after is not None:
+        last = session.get(Submission, after)
+        if last is None or last.submitter != submitter:
+            raise UnknownCursor(after)
+        cursor = (last.created_at, last.id)
+    query = (select(Submission, Job, VerdictRow.status, VerdictRow.median_ms).join(Job)
+             .outerjoin(VerdictRow, VerdictRow.submission_id == Submission.id)
+             .where(Submission.submitter == submitter))
+    if filters.task is not None:
+        query = query.where(Submission.task_id == filters.task)
+    if filters.status is not None:
+        query = query.where(Job.state.in_([s for s, public in PUBLIC.items() if public is filters.status]))
+    if filters.verdict is not None:
+        query = query.where(VerdictRow.status == filters.verdict)
+    if filters.model is not None:
+        query = query.where(Submission.model == filters.model)
+    if filters.tag is not None:
+        query = query.where(_has_tag(session, filters.tag))
+    if filters.batch is not None:
+        column = getattr(Submission, BATCH_COLUMN, None)
+        query = query.where(column == filters.batch) if column is not None else query.where(false())
+    if cursor is not None:
+        created, last_id = cursor
+        query = query.where(or_(Submission.created_at < created,
+                                and_(Submission.created_at == created, Submission.id < last_id)))
+    rows = session.execute(query.order_by(Submission.created_at.desc(), Submission.id.desc()).limit(limit + 1)).all()
+    items = [schemas.SubmissionSummary(
+        id=sub.id, task=sub.task_id, model=sub.model, sample_index=sub.sample_index, tags=sub.tags,
+        status=PUBLIC[job.state], stage=job.state, verdict=verdict, median_ms=median_ms,
+        created_at=aware(sub.created_at)) for sub, job, verdict, median_ms in rows[:limit]]
+    return items, (rows[limit - 1][0].id if len(rows) > limit else None)
+
+
+# --- baselines -----------------------------------------------------------------------------------
+
+def device_baselines(session: Session, task_id: str) -> list[schemas.DeviceBaseline]:
     """Per device model, the baselines and bandwidth of the newest verdict that measured them."""
     newest = (select(VerdictRow.device_name, func.max(VerdictRow.id).label("id"))
               .where(VerdictRow.task_id == task_id, VerdictRow.median_ms.is_not(None),
                      VerdictRow.device_name.is_not(None))
               .group_by(VerdictRow.device_name).subquery())
     out = []
-    with db.transaction(read_only=True) as session:
-        for row in session.scalars(select(VerdictRow).join(newest, newest.c.id == VerdictRow.id)
-                                   .order_by(VerdictRow.device_name)):
-            verdict = Verdict.model_validate(row.verdict)
-            perf = verdict.performance
-            if perf is None:
-                continue
-            bandwidth = perf.bandwidth_bytes_per_s
-            shape = verdict.trials[0].shape if verdict.trials else None
-            out.append(schemas.DeviceBaseline(
-                device_name=row.device_name, shape=shape,
-                baselines_ms={name: stats.median_ms for name, stats in perf.baselines.items()},
-                bandwidth_bytes_per_s=bandwidth, min_bytes=perf.min_bytes,
-                speed_of_light_ms=perf.min_bytes / bandwidth * 1e3 if bandwidth else None,
-                measured_at=aware(row.created_at)))
+    for row in session.scalars(select(VerdictRow).join(newest, newest.c.id == VerdictRow.id)
+                               .order_by(VerdictRow.device_name)):
+        verdict = Verdict.model_validate(row.verdict)
+        perf = verdict.performance
+        if perf is None:
+            continue
+        bandwidth = perf.bandwidth_bytes_per_s
+        shape = verdict.trials[0].shape if verdict.trials else None
+        out.append(schemas.DeviceBaseline(
+            device_name=row.device_name, shape=shape,
+            baselines_ms={name: stats.median_ms for name, stats in perf.baselines.items()},
+            bandwidth_bytes_per_s=bandwidth, min_bytes=perf.min_bytes,
+            speed_of_light_ms=perf.min_bytes / bandwidth * 1e3 if bandwidth else None,
+            measured_at=aware(row.created_at)))
     return out

@@ -5,10 +5,16 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
+from service.api import errors
 from service.api.routes import health, keys, leaderboard, submissions, tasks
+from service.api.routes import admin
+from service.api.routes import batches, rewards
+from service.observability import metrics
 from service.core.config import Settings, get_settings
 from service.db.session import Database
+from service import web
 
 DESCRIPTION = """Submit candidate GPU kernels for KernelBench-style tasks; each is compiled, run in an isolated
 sandbox, checked against the PyTorch reference, timed against eager and torch.compile, and ranked.
@@ -26,9 +32,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         app.state.db.dispose()
 
-    app = FastAPI(title="Kernel Judge", version="1", description=DESCRIPTION, lifespan=lifespan)
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the package, not from a CDN.
+    app = FastAPIOffline(title="Kernel Judge", version="1", description=DESCRIPTION, lifespan=lifespan)
+    errors.install(app)
     app.state.settings = settings
     app.state.db = Database(settings.db_url)
     for module in (submissions, tasks, leaderboard, keys, health):
         app.include_router(module.router)
+    app.include_router(admin.router)  # GET /v1/admin/workers
+    app.include_router(metrics.router)  # GET /metrics
+    app.include_router(batches.router)  # /v1/batches (issue 8)
+    app.include_router(rewards.router)  # /v1/rewards (issue 8)
+    app.include_router(web.router)  # the pages: /, /leaderboard/{task}, /submissions/{id}, /batches/{id} (issue 9)
+    web.mount_static(app)  # /static: the pages' CSS and JS, shipped in the package
     return app

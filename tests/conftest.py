@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "api_keys")
+TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "batches", "api_keys", "workers")
 
 
 def _psycopg_dsn(url: str) -> str:
@@ -36,6 +37,20 @@ def pg_url() -> Iterator[str]:
     yield url
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def judge_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build cache and one baseline cache for the whole run, shared by the sandbox and service tests and,
+    under pytest-xdist, by every worker: builds and baseline measurements are locked per key with flock
+    (sandbox.compile.build_lock, sandbox.baseline), so each candidate compiles once per run, not once per
+    fixture or per worker."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's directory, above each worker's own
+    root = base / "judge-shared"
+    root.mkdir(exist_ok=True)
+    return root
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from reference import Task, UnknownTask, all_tasks, get_task
@@ -33,14 +34,32 @@ def get_read_session(db: DatabaseDep) -> Iterator[Session]:
         yield session
 
 
-ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+def get_session(db: DatabaseDep) -> Iterator[Session]:
+    """A write transaction around the route, committed when the route returns."""
+    with db.transaction() as session:
+        yield session
 
 
-def bearer_token(authorization: Annotated[str | None, Header(description="`Bearer <api key>`")] = None,
-                 x_api_key: Annotated[str | None, Header(description="The API key (alternative to Authorization)")] = None,
-                 ) -> str | None:
-    if authorization and authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
+# scope="function": the transaction ends (commits, or fails) before the response is sent, so a 2xx is only
+# ever sent for committed work, and a failed commit becomes an error response rather than a lost write.
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+# Declared as security schemes (not plain headers) so OpenAPI says how to authenticate and /docs offers
+# "Authorize". auto_error=False: a missing key is our 401 with our message, and anonymous routes stay open.
+_bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
+                     description="`Authorization: Bearer <key>`: an API key (`kj_...`), or JUDGE_ADMIN_KEY for "
+                                 "admin routes.")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="apiKeyHeader",
+                               description="The same key in an `X-API-Key` header, for clients that cannot set "
+                                           "Authorization.")
+
+
+def bearer_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+                 x_api_key: Annotated[str | None, Depends(_api_key_header)]) -> str | None:
+    if credentials is not None and credentials.credentials:
+        return credentials.credentials.strip()
     return x_api_key
 
 

@@ -3,12 +3,82 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import math
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from sandbox.verdict import Verdict
+from reference import all_tasks
+from sandbox.verdict import Status, Verdict
 from service.queue.states import JobState, PublicStatus
+
+MAX_SAMPLE_INDEX = 2**63 - 1
+"""The largest `sample_index`: the column is a signed 64-bit integer (BIGINT) on both databases."""
+MAX_JSON_INT = 2**63 - 1
+"""Integers inside `sampling` stay within signed 64 bits, so every JSON reader (and both databases) reads them
+back unchanged."""
+
+
+def _no_nul(text: str) -> str:
+    # PostgreSQL text cannot hold NUL, and no legitimate name, tag or Python source contains one.
+    if "\x00" in text:
+        raise ValueError(f"contains a NUL character (at offset {text.index(chr(0))}); remove it")
+    return text
+
+
+NO_NUL = r"^[^\x00]*$"
+"""The JSON Schema pattern of a string without NUL characters."""
+
+
+class _DocumentNoNul:
+    """Adds NO_NUL to a string's JSON schema, so the document says what _no_nul enforces (with its own message)."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schema = handler(core_schema)
+        schema.setdefault("pattern", NO_NUL)
+        return schema
+
+
+Text = Annotated[str, AfterValidator(_no_nul), _DocumentNoNul()]
+"""A string without NUL characters: every text field clients send."""
+
+
+def _plain_json(value: Any, path: str = "") -> None:
+    """Refuse what JSON columns cannot store faithfully: NaN and infinities (PostgreSQL rejects them, SQLite
+    stores null), NUL characters, integers beyond 64 bits."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path or 'value'} is {value}; only finite numbers are accepted")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_JSON_INT:
+        raise ValueError(f"{path or 'value'} is beyond 64 bits; send it as a string")
+    if isinstance(value, str):
+        _no_nul(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_nul(key)
+            _plain_json(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _plain_json(item, f"{path}[{i}]")
+
+
+def _plain_json_object(value: dict[str, Any]) -> dict[str, Any]:
+    _plain_json(value)
+    return value
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int] = Field(description="Where: e.g. `[\"body\", \"sample_index\"]` or `[\"query\", \"task\"]`.")
+    msg: str = Field(description="What is wrong with it.")
+    type: str | None = Field(default=None, description="pydantic's error type, e.g. `missing`, `json_invalid`.")
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response (4xx and 5xx)."""
+
+    detail: str = Field(description="What went wrong and what to change.")
+    errors: list[ErrorItem] = Field(default_factory=list, description="The offending fields, if any.")
+    valid_task_ids: list[str] | None = Field(default=None, description="With an unknown task: the valid ids.")
+    limit_bytes: int | None = Field(default=None, description="With a 413: the limit that was exceeded.")
 
 
 class SubmissionCreate(BaseModel):
@@ -20,16 +90,35 @@ class SubmissionCreate(BaseModel):
         "model": "my-llm-7b", "sampling": {"temperature": 0.8, "top_p": 0.95}, "sample_index": 3,
         "tags": ["run-42"], "idempotency_key": "run-42/kl_div/3"}]})
 
-    task: str = Field(description="Task id, e.g. `kl_div` (see GET /v1/tasks).")
-    source: str = Field(description="The candidate module or raw completion, UTF-8 text.")
-    model: str | None = Field(default=None, max_length=200, description="Name of the model that wrote it.")
-    sampling: dict[str, Any] = Field(default_factory=dict, description="Sampling parameters, free-form.")
-    sample_index: int | None = Field(default=None, ge=0, description="Index of this sample among several.")
-    tags: list[str] = Field(default_factory=list, max_length=32, description="Free-form labels.")
-    idempotency_key: str | None = Field(
-        default=None, max_length=200,
+    # Documented as the list of task ids; an unknown one answers 404 listing them (not a bare 422).
+    task: Text = Field(max_length=64, description="Task id, e.g. `kl_div` (see GET /v1/tasks).",
+                       json_schema_extra={"enum": [t.id.value for t in all_tasks()]})
+    # Documented as not blank (a non-space character somewhere) and without NUL; the dependency that parses the
+    # body refuses a blank source with its own message, so the check is not repeated here.
+    source: Text = Field(description="The candidate module or raw completion, UTF-8 text, not blank.",
+                         json_schema_extra={"minLength": 1, "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"})
+    model: Text | None = Field(default=None, max_length=200, description="Name of the model that wrote it.")
+    sampling: Annotated[dict[str, Any], AfterValidator(_plain_json_object)] = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": NO_NUL}},
+        description="Sampling parameters, free-form JSON: finite numbers within 64 bits, no NUL in any string.")
+    sample_index: int | None = Field(default=None, ge=0, le=MAX_SAMPLE_INDEX,
+                                     description="Index of this sample among several (an integer, not a boolean).")
+    tags: list[Annotated[Text, Field(max_length=200)]] = Field(default_factory=list, max_length=32,
+                                                               description="Free-form labels.")
+    idempotency_key: Text | None = Field(
+        default=None, min_length=1, max_length=200,
         description="Client key: resubmitting with the same key returns the first submission instead of a new one. "
                     "May also be sent as the `Idempotency-Key` header.")
+
+    @field_validator("sample_index", mode="before")
+    @classmethod
+    def _json_integer(cls, value: Any) -> Any:
+        # What JSON Schema calls an integer: a number without a fractional part (3 or 3.0); never true/false or
+        # "3", which pydantic's lax mode would turn into 1/0 and 3.
+        if isinstance(value, (bool, str, bytes)):
+            # ValueError, not TypeError: pydantic turns only ValueError into a validation error (a 422).
+            raise ValueError("must be a JSON integer, not a boolean or a string")  # noqa: TRY004
+        return value
 
 
 class SubmissionAccepted(BaseModel):
@@ -65,6 +154,36 @@ class SubmissionOut(BaseModel):
     attempts: int = Field(description="Times a worker claimed this job.")
     compile_cached: bool | None = Field(description="True when an identical build was reused.")
     verdict: Verdict | None = Field(description="The judge's verdict, once done.")
+    duplicate_of: str | None = Field(default=None, description=(
+        "Set for a batch sample whose extracted source repeats an earlier sample of the same task in its batch: "
+        "it was not judged again and shows that sample's job and verdict."))
+
+
+class SubmissionSummary(BaseModel):
+    """One line of GET /v1/submissions."""
+
+    id: str
+    task: str
+    model: str | None
+    sample_index: int | None
+    tags: list[str]
+    status: PublicStatus
+    stage: JobState
+    verdict: Status | None = Field(description="The verdict's status, once done.")
+    median_ms: float | None = Field(description="The candidate's median time, when it was timed.")
+    created_at: dt.datetime
+
+
+class SubmissionPage(BaseModel):
+    items: list[SubmissionSummary] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class SubmissionSource(BaseModel):
+    id: str
+    task: str
+    source: str = Field(description="Exactly what was submitted (a bare module or a raw completion).")
+    source_sha256: str
 
 
 class Shapes(BaseModel):
@@ -110,33 +229,8 @@ class TaskDetail(TaskSummary):
     baselines: list[DeviceBaseline]
 
 
-class LeaderboardEntry(BaseModel):
-    rank: int
-    name: str = Field(description="The submitter or the model, per `by`.")
-    submitter: str
-    model: str | None
-    submission_id: str
-    median_ms: float | None
-    speedup_eager: float | None
-    speedup_compile: float | None
-    speed_of_light: float | None
-    submitted_at: dt.datetime
-
-
-class DeviceBoard(BaseModel):
-    device_name: str
-    entries: list[LeaderboardEntry]
-
-
-class Leaderboard(BaseModel):
-    task: str
-    by: str
-    sort: str
-    devices: list[DeviceBoard]
-
-
 class KeyCreate(BaseModel):
-    submitter: str = Field(min_length=1, max_length=100, description="Name shown on leaderboards.")
+    submitter: Text = Field(min_length=1, max_length=100, description="Name shown on leaderboards.")
 
 
 class KeyOut(BaseModel):

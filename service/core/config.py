@@ -79,11 +79,35 @@ class Settings(BaseSettings):
     trials_per_distribution: int | None = None
     """Override JudgeConfig.trials_per_distribution."""
 
+    # --- retention (service.maintenance) -------------------------------------------------------
+    build_cache_max_bytes: int | None = None
+    """Most bytes the build cache may hold; least recently used builds beyond it are evicted by
+    `run_maintenance` (workers run it every maintenance_interval_s). Unset: never evicted. A CPU build of the
+    test candidate is ~1 MB; a CUDA load_inline build is ~5-20 MB."""
+    artifact_retention_days: float = 14.0
+    """Run directories left by killed workers, and claim records of finished jobs, older than this are pruned
+    (verdicts never are)."""
+    maintenance_interval_s: float = 600.0
+    """How often a worker runs the retention pass (when build_cache_max_bytes is set)."""
+
     # --- API -----------------------------------------------------------------------------------
     sse_poll_s: float = 0.5
     """How often GET /v1/submissions/{id}/events checks the database for a status change."""
     sse_max_s: float = 3600.0
     """An event stream closes after this long even when the job is not done (the client reconnects)."""
+
+    # --- batches and rewards (service.batches) -------------------------------------------------
+    max_batch_bytes: int = 64 * 1024 * 1024
+    """Largest POST /v1/batches or /v1/rewards body; larger answers 413. 10,000 completions of ~6 KiB fit."""
+    max_batch_samples: int = 10_000
+    """Most samples (lines) in one batch or rewards call; more answers 413."""
+    batch_queue_quota: int = 50_000
+    """Most unfinished batch jobs one key may have queued or running; past it POST answers 429."""
+    rewards_poll_s: float = 0.25
+    """How often a blocked POST /v1/rewards checks the database for its verdicts."""
+    rewards_max_wait_s: float = 3600.0
+    """Longest a POST /v1/rewards call may hold its connection, whatever its `deadline_s` asks (a proxy in
+    front of the service may need less); past it the call answers with `complete: false`."""
 
     @property
     def db_url(self) -> str:

@@ -16,7 +16,8 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text,
+                        UniqueConstraint, event)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from sandbox.verdict import Status
@@ -56,9 +57,33 @@ class ApiKey(Base):
     bucket_updated_at: Mapped[dt.datetime | None]
 
 
+class Batch(Base):
+    """A set of samples scored together (service.batches): a JSONL upload, or one call of POST /v1/rewards.
+    Its samples are the `submissions` with this `batch_id`; its state and counts are derived from their jobs."""
+
+    __tablename__ = "batches"
+    __table_args__ = (Index("ix_batches_key_created", "api_key_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str | None] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16), default="batch")
+    """"batch" (POST /v1/batches) or "rewards" (POST /v1/rewards)."""
+    api_key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"))
+    submitter: Mapped[str] = mapped_column(String(100))
+    tags: Mapped[list[Any]] = mapped_column(default=list)
+    total: Mapped[int] = mapped_column(default=0)
+    """Samples accepted (duplicates included)."""
+    duplicates: Mapped[int] = mapped_column(default=0)
+    rejected: Mapped[list[Any]] = mapped_column(default=list)
+    """The lines refused at upload: [{"line": n, "error": "..."}]."""
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    cancelled_at: Mapped[dt.datetime | None]
+
+
 class Submission(Base):
     __tablename__ = "submissions"
-    __table_args__ = (UniqueConstraint("api_key_id", "idempotency_key", name="uq_submissions_idempotency"),)
+    __table_args__ = (UniqueConstraint("api_key_id", "idempotency_key", name="uq_submissions_idempotency"),
+                      Index("ix_submissions_batch_line", "batch_id", "line"))
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     task_id: Mapped[str] = mapped_column(String(64), index=True)
@@ -68,10 +93,23 @@ class Submission(Base):
     submitter: Mapped[str] = mapped_column(String(100))
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     model: Mapped[str | None] = mapped_column(String(200), index=True)
-    sample_index: Mapped[int | None]
+    sample_index: Mapped[int | None] = mapped_column(BigInteger)
+    """Signed 64 bits (migration 0002); the API refuses larger values (schemas.MAX_SAMPLE_INDEX)."""
     sampling: Mapped[dict[str, Any]] = mapped_column(default=dict)
     tags: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # Batch samples (migration 0004, service.batches); all null for a submission sent on its own.
+    batch_id: Mapped[str | None] = mapped_column(ForeignKey("batches.id"))
+    line: Mapped[int | None]
+    """The sample's 1-based line in its batch upload (index + 1 for a JSON list)."""
+    duplicate_of: Mapped[str | None] = mapped_column(ForeignKey("submissions.id"))
+    """The submission of the same batch whose identical extracted code is judged in this one's place: a
+    duplicate has no job and no verdict row of its own, and shares that submission's verdict."""
+    parent_id: Mapped[str | None] = mapped_column(ForeignKey("submissions.id"))
+    """The previous refinement turn this sample answers (multi-turn generation)."""
+    turn: Mapped[int | None]
+    sample_metadata: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """Free client metadata of a batch sample, returned with its results."""
 
     job: Mapped[Job] = relationship(back_populates="submission", uselist=False)
     verdict: Mapped[VerdictRow | None] = relationship(back_populates="submission", uselist=False)
@@ -79,7 +117,7 @@ class Submission(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_claim", "state", "not_before", "id"),)
+    __table_args__ = (Index("ix_jobs_claim", "state", "not_before", "id"), Index("ix_jobs_fair", "state", "fair_key"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     """Monotonic: the queue is FIFO by id, and `position in queue` counts queued jobs before this one."""
@@ -104,6 +142,9 @@ class Job(Base):
     compiled_at: Mapped[dt.datetime | None]
     run_started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
+    fair_key: Mapped[int | None] = mapped_column(BigInteger)
+    """Claim order of a batch job (migration 0004, service.batches.fairness): its virtual start time. Null for an
+    interactive submission, which is claimed before any batch job."""
 
     submission: Mapped[Submission] = relationship(back_populates="job")
 
@@ -118,7 +159,8 @@ class JobAttempt(Base):
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     ended_at: Mapped[dt.datetime | None]
     outcome: Mapped[str | None] = mapped_column(String(32))
-    """"verdict", "retry" (system_error), "released" (shutdown), "crashed" (lease expired), "lost"."""
+    """"verdict", "retry" (system_error), "released" (shutdown), "crashed" (lease expired while running),
+    "expired" (lease expired before running: not blamed), "lost"."""
 
 
 class VerdictRow(Base):
@@ -141,5 +183,61 @@ class VerdictRow(Base):
     verdict: Mapped[dict[str, Any]]
     """The sandbox Verdict, `model_dump(mode="json")`."""
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # Ranking columns (migration 0005): copies of verdict fields the leaderboard ranks on, filled at insert by
+    # `ranking_columns` (the listener below), so ranking never parses the JSON of thousands of rows.
+    source_sha256: Mapped[str | None] = mapped_column(String(64))
+    """sha256 of the code judged (after extraction from a completion): one leaderboard entry per distinct code."""
+    isolation: Mapped[str | None] = mapped_column(String(100))
+    q25_ms: Mapped[float | None] = mapped_column(Float)
+    q75_ms: Mapped[float | None] = mapped_column(Float)
+    extra_passed: Mapped[int | None]
+    extra_total: Mapped[int | None]
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    reference_peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     submission: Mapped[Submission] = relationship(back_populates="verdict")
+
+
+def ranking_columns(verdict: dict[str, Any]) -> dict[str, Any]:
+    """The ranking columns of a verdict (its `model_dump(mode="json")`); used at insert and by migration 0005."""
+    perf = verdict.get("performance") or {}
+    candidate = perf.get("candidate") or {}
+    env = verdict.get("environment") or {}
+    extra = verdict.get("extra_shapes") or []
+    return {"source_sha256": verdict.get("source_sha256"), "isolation": (env.get("isolation") or "")[:100] or None,
+            "q25_ms": candidate.get("q25_ms"), "q75_ms": candidate.get("q75_ms"),
+            "extra_passed": sum(1 for t in extra if t.get("passed")), "extra_total": len(extra),
+            "peak_memory_bytes": perf.get("peak_memory_bytes"),
+            "reference_peak_memory_bytes": perf.get("reference_peak_memory_bytes")}
+
+
+@event.listens_for(VerdictRow, "before_insert")
+def _fill_ranking_columns(_mapper, _connection, row: VerdictRow) -> None:
+    # Here rather than in each writer, so every code path that records a verdict (worker, batches) fills them.
+    for name, value in ranking_columns(row.verdict or {}).items():
+        if getattr(row, name) is None:
+            setattr(row, name, value)
+
+
+class WorkerRow(Base):
+    """One row per worker process, written by its heartbeat: who is alive, what it holds, what it did.
+
+    `stats` holds the worker's cumulative counters (stage-duration histograms, device busy seconds,
+    verdicts); /metrics sums them over all rows at scrape, so metrics work with workers on any host.
+    """
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    """`host:pid`, the same string as jobs.worker_id."""
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int]
+    devices: Mapped[list[Any]] = mapped_column(default=list)
+    judge_mode: Mapped[str] = mapped_column(String(32))
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
+    stopped_at: Mapped[dt.datetime | None]
+    """Set on a clean shutdown; a worker that died keeps None and simply stops being seen."""
+    current_jobs: Mapped[list[Any]] = mapped_column(default=list)
+    """[{job_id, submission_id, task_id, phase (HeldPhase), since}] as of the last heartbeat."""
+    stats: Mapped[dict[str, Any]] = mapped_column(default=dict)

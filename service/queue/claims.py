@@ -10,10 +10,12 @@ Safety rests on two things:
   the first worker's late result is discarded, and `verdicts.submission_id` is unique besides:
   a verdict is recorded exactly once.
 
-A job whose lease expired counts a crash against itself; at `max_worker_crashes` the reclaiming
-worker stores a final runtime_error instead of judging it again (a candidate that kills workers is
-not retried forever). A `system_error` verdict is the judge's fault: the job is requeued with an
-exponential backoff until `max_attempts`, then the system_error is stored as final.
+A job whose lease expired while `running` (its candidate executing on the device) counts a crash
+against itself; at `max_worker_crashes` the reclaiming worker stores a final runtime_error instead of
+judging it again (a candidate that kills workers is not retried forever). A lease that expired in
+`compiling` or `compiled` is reclaimed without blame: the candidate's code was not running. A
+`system_error` verdict is the judge's fault: the job is requeued with an exponential backoff until
+`max_attempts`, then the system_error is stored as final (both rules: `RetryPolicy`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sqlalchemy.orm import Session
 from sandbox.verdict import Status, Verdict
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
-from service.queue.states import ACTIVE, JobState
+from service.queue.states import ACTIVE, BLAMED, JobState, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,25 @@ class Claim:
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """When a failure is retried, and when it becomes final."""
+
     max_attempts: int = 3
+    """system_error verdicts per job before the last one is stored as final."""
     backoff_s: float = 30.0
+    """Delay before the first retry; doubled for each later one."""
     max_worker_crashes: int = 2
+    """Worker deaths while the job's candidate was executing before a final runtime_error."""
+
+    def retry_delay(self, system_errors: int) -> float | None:
+        """Seconds to wait before judging again a job that has now had `system_errors` system_errors
+        (this one included), or None when that was the last attempt and the system_error is final."""
+        if system_errors >= self.max_attempts:
+            return None
+        return self.backoff_s * 2 ** (system_errors - 1)
+
+    def crash_loop(self, crashes: int) -> bool:
+        """True when a job whose workers died `crashes` times while running it must not run again."""
+        return crashes >= self.max_worker_crashes
 
 
 def _lease(now: dt.datetime, lease_s: float) -> dt.datetime:
@@ -68,23 +86,30 @@ def _end_attempt(session: Session, token: str | None, outcome: str, now: dt.date
 
 def claim(db: Database, worker_id: str, limit: int, lease_s: float) -> list[Claim]:
     """Atomically take up to `limit` ready jobs: queued ones whose backoff has passed, and jobs whose
-    worker's lease expired (reclaimed, counting a crash). Oldest first."""
+    worker's lease expired (reclaimed; a crash if it expired while running). Interactive first, then batches in
+    fair order."""
     if limit <= 0:
         return []
     now = utcnow()
     ready = ((Job.state == JobState.QUEUED) & (Job.not_before <= now)) | (
         Job.state.in_(ACTIVE) & (Job.lease_expires_at < now))
-    query = select(Job).where(ready).order_by(Job.id).limit(limit)
+    # Fair order: interactive jobs (fair_key null) before any batch job, then batch jobs by virtual start
+    # time, which interleaves concurrent batches round-robin (service.batches.fairness); FIFO within each.
+    query = select(Job).where(ready).order_by(Job.fair_key.asc().nulls_first(), Job.id).limit(limit)
     if not db.sqlite:
         query = query.with_for_update(skip_locked=True, of=Job)
     claims: list[Claim] = []
     with db.transaction() as session:
         for job in session.scalars(query).all():
-            if job.state is not JobState.QUEUED:
+            if job.state is BLAMED:  # the candidate was executing when its worker died
                 job.crashes += 1
                 _end_attempt(session, job.claim_token, "crashed", now)
-                log.warning("job %s: lease of %s expired in state %s; reclaimed (crash %d)",
-                            job.id, job.worker_id, job.state.value, job.crashes)
+                log.warning("job %s: lease of %s expired while running; reclaimed (crash %d)",
+                            job.id, job.worker_id, job.crashes)
+            elif job.state is not JobState.QUEUED:  # died (or lost the database) before running it: no blame
+                _end_attempt(session, job.claim_token, "expired", now)
+                log.warning("job %s: lease of %s expired in state %s; reclaimed (not counted as a crash)",
+                            job.id, job.worker_id, job.state.value)
             token = uuid.uuid4().hex
             job.state = JobState.COMPILING
             job.claim_token = token
@@ -135,9 +160,9 @@ def release(db: Database, token: str) -> bool:
     return result.rowcount == 1
 
 
-def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: RetryPolicy) -> str:
-    """Record the outcome of a held job. Returns "verdict" (stored, job done), "retry" (system_error,
-    requeued with backoff) or "lost" (the job is no longer ours: nothing is written)."""
+def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: RetryPolicy) -> Outcome:
+    """Record the result of a held job: a verdict (stored, job done), a retry (system_error below the
+    policy's limit: requeued with backoff) or lost (the job is no longer ours: nothing is written)."""
     now = utcnow()
     try:
         with db.transaction() as session:
@@ -146,10 +171,10 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
                 query = query.with_for_update()
             job = session.scalars(query).first()
             if job is None:
-                return "lost"
-            if verdict.status is Status.SYSTEM_ERROR and job.system_errors + 1 < policy.max_attempts:
+                return Outcome.LOST
+            delay = policy.retry_delay(job.system_errors + 1) if verdict.status is Status.SYSTEM_ERROR else None
+            if delay is not None:
                 job.system_errors += 1
-                delay = policy.backoff_s * 2 ** (job.system_errors - 1)
                 job.state = JobState.QUEUED
                 job.not_before = now + dt.timedelta(seconds=delay)
                 job.last_error = verdict.diagnosis[:4000]
@@ -157,7 +182,7 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
                 _end_attempt(session, token, "retry", now)
                 log.warning("job %s: system_error (%d/%d), retry in %.0f s: %s", job.id, job.system_errors,
                             policy.max_attempts, delay, verdict.diagnosis[:200])
-                return "retry"
+                return Outcome.RETRY
             if verdict.status is Status.SYSTEM_ERROR:
                 job.system_errors += 1
             job.state = JobState.DONE
@@ -168,8 +193,8 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
     except IntegrityError:
         # Unreachable while tokens are respected; the unique submission_id is the last line of defence.
         log.error("job with token %s: a verdict already exists; discarding this one", token)
-        return "lost"
-    return "verdict"
+        return Outcome.LOST
+    return Outcome.VERDICT
 
 
 def verdict_row(submission_id: str, task_id: str, verdict: Verdict, worker_id: str | None) -> VerdictRow:

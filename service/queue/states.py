@@ -4,6 +4,11 @@
        ^          |            |          |
        +----------+------------+----------+   released (shutdown), lease expired (worker died),
                                               or system_error retried after a backoff
+    queued -> cancelled                       its batch was cancelled while it waited (final, never runs)
+
+A lease that expires in `running` counts a crash against the job (the candidate was the one executing
+when its worker died); one that expires in `compiling` or `compiled` does not (the candidate's code was
+not running: the worker died of something else).
 """
 
 from __future__ import annotations
@@ -22,10 +27,45 @@ class JobState(str, enum.Enum):
     """sandbox.execute is running on a device."""
     DONE = "done"
     """A verdict is stored. Final."""
+    CANCELLED = "cancelled"
+    """Its batch was cancelled while the job was still queued: never claimed, no verdict. Final.
+    Only `queued` moves here (service.batches.store.cancel_batch); a claimed job runs to its verdict."""
 
 
 ACTIVE = (JobState.COMPILING, JobState.COMPILED, JobState.RUNNING)
 """States held by a worker under a lease."""
+
+FINAL = (JobState.DONE, JobState.CANCELLED)
+"""States a job never leaves."""
+
+BLAMED = JobState.RUNNING
+"""The only state in which a worker's death counts as a crash of the job's candidate."""
+
+
+class Outcome(str, enum.Enum):
+    """What `claims.finish` did with a result."""
+
+    VERDICT = "verdict"
+    """Stored as the job's final verdict; the job is done."""
+    RETRY = "retry"
+    """A system_error below the attempt limit: requeued with a backoff, nothing stored."""
+    LOST = "lost"
+    """The job is no longer this worker's (its lease expired and it was reclaimed): nothing written."""
+
+
+class HeldPhase(str, enum.Enum):
+    """Where a job is inside the worker that holds it (finer than JobState; reported in `workers`)."""
+
+    CLAIMED = "claimed"
+    """Claimed, waiting for a compile slot."""
+    COMPILING = "compiling"
+    """In sandbox.prepare (extract, static checks, build)."""
+    COMPILED = "compiled"
+    """Built, waiting for the device executor."""
+    EXECUTING = "executing"
+    """In sandbox.execute on a device: the candidate's code is running (JobState.RUNNING)."""
+    RECORDING = "recording"
+    """The verdict is being written (`finish`)."""
 
 
 class PublicStatus(str, enum.Enum):
@@ -35,6 +75,7 @@ class PublicStatus(str, enum.Enum):
     COMPILING = "compiling"
     RUNNING = "running"
     DONE = "done"
+    CANCELLED = "cancelled"
 
 
 PUBLIC = {
@@ -43,4 +84,5 @@ PUBLIC = {
     JobState.COMPILED: PublicStatus.RUNNING,  # compiled and handed to a device executor
     JobState.RUNNING: PublicStatus.RUNNING,
     JobState.DONE: PublicStatus.DONE,
+    JobState.CANCELLED: PublicStatus.CANCELLED,
 }

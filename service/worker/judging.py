@@ -76,6 +76,6 @@ def system_error(task_id: str, device: str, source_sha256: str, stage: str, exc:
 
 def crash_loop_verdict(task_id: str, device: str, source_sha256: str, crashes: int) -> Verdict:
     return Verdict(status=Status.RUNTIME_ERROR, task=task_id, device=device, source_sha256=source_sha256,
-                   diagnosis=f"the candidate crashed the judging worker twice (its worker died {crashes} times "
-                             "while judging it); it is not retried",
+                   diagnosis=f"the candidate crashed the judging worker: its worker died {crashes} times while "
+                             "executing it; it is not retried",
                    details={"stage": "worker", "worker_crashes": crashes})

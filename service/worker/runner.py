@@ -3,7 +3,8 @@
     claim loop ──> compile threads (sandbox.prepare, CPU, N at once) ──> compiled queue
                                                                            │
                        one executor thread per device (sandbox.execute) <──┘ ──> finish (verdict)
-    heartbeat thread: extends the leases of every held job, notices jobs taken away.
+    heartbeat thread: extends the leases of the jobs this worker is still working on (the `held` map, which
+    every stage leaves when it ends, however it ends), notices jobs taken away, refreshes the `workers` row.
 
 The loop claims only what the pool can start now plus one compiled job waiting per device, so the
 device never waits while compiled work exists, and a worker never hoards jobs another could run.
@@ -12,6 +13,14 @@ Candidate code never runs here: every sandbox call starts its own isolated child
 Shutdown (SIGTERM/SIGINT): stop claiming; jobs executing on a device are finished (up to
 `shutdown_grace_s`); every other held job goes back to the queue (`release`), compiled ones included
 (their build is cached). A second signal, or the end of the grace period, releases everything at once.
+Started by `serve` (JUDGE_PARENT_PID), the worker also stops when that parent dies (service.worker.lifeline).
+
+A stage transition (compiling -> compiled -> running) that fails on a database error is retried; if the
+database stays away the job is let go (released, or left to its lease) and no longer heartbeaten, so it
+is never stuck in a stage while this worker lives.
+
+Fault injection (drills only): JUDGE_FAULT_PAUSE_AT=<HeldPhase value> makes the worker stop dead when a
+job reaches that phase, so a drill can SIGKILL it there; read in `_fault_point` and nowhere else.
 """
 
 from __future__ import annotations
@@ -23,13 +32,17 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sandbox import PreparedCandidate, Verdict
 from service.core.config import Settings
+from service.db.models import utcnow
 from service.db.session import Database
+from service.observability.logs import job_context
+from service.observability.stats import WorkerStats
 from service.queue import claims as q
-from service.queue.states import JobState
+from service.queue.states import HeldPhase, JobState, Outcome
+from service.worker import lifeline, registry
 from service.worker.judging import Judge, crash_loop_verdict, system_error
 
 log = logging.getLogger("service.worker")
@@ -38,11 +51,24 @@ FINISH_RETRIES = 6
 """Attempts to record a verdict while the database is unreachable (1, 2, 4, ... s apart); after that the
 job is let go and reclaimed by the next worker once its lease expires."""
 
+TRANSITION_RETRIES = 4
+"""Attempts to move a job to its next stage while the database is unreachable (0.5, 1, 2 s apart); then the
+job is released (or, if even that fails, left to its lease: it is not counted as a crash)."""
+
+FAULT_PAUSE_ENV = "JUDGE_FAULT_PAUSE_AT"
+
 
 @dataclass
 class _Held:
     claim: q.Claim
-    phase: str = "compiling"
+    phase: HeldPhase = HeldPhase.CLAIMED
+    since: float = field(default_factory=time.monotonic)
+    since_utc: str = field(default_factory=lambda: utcnow().isoformat())
+
+    def describe(self) -> dict[str, object]:
+        c = self.claim
+        return {"job_id": c.job_id, "submission_id": c.submission_id, "task_id": c.task_id,
+                "phase": self.phase.value, "since": self.since_utc}
 
 
 class Worker:
@@ -62,8 +88,13 @@ class Worker:
         self.compiled: queue.Queue[tuple[q.Claim, PreparedCandidate]] = queue.Queue()
         self.compiling = 0
         self.stopping = threading.Event()
+        self.stopped = threading.Event()
+        """Set once shutdown is complete: the heartbeat thread ends with it."""
         self.wake = threading.Event()
         self.judged = 0
+        self.stats = WorkerStats()
+        self.parent = lifeline.expected_parent()
+        self.fault_pause_at = os.environ.get(FAULT_PAUSE_ENV) or None
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -71,22 +102,40 @@ class Worker:
         """Claim and judge until stopped (signal, `stop()`, or after `max_jobs` verdicts)."""
         log.info("worker %s: judge=%s devices=%s compile_workers=%d lease=%.0fs", self.worker_id, self.judge.mode,
                  ",".join(self.devices), self.compile_slots, self.settings.lease_s)
+        if self.parent is not None:
+            lifeline.die_with_parent()  # SIGTERM when `serve` dies: the handler stops us gracefully
+        try:
+            registry.register(self.db, self.worker_id, self.devices, self.judge.mode)
+        except Exception:  # the row is for people and metrics; leases work without it
+            log.exception("could not register in the workers table")
         threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)]
+        if self.settings.build_cache_max_bytes is not None:
+            threads.append(threading.Thread(target=self._maintenance, name="maintenance", daemon=True))
         threads += [threading.Thread(target=self._compile_loop, name=f"compile-{i}", daemon=True)
                     for i in range(self.compile_slots)]
         threads += [threading.Thread(target=self._execute_loop, args=(d,), name=f"execute-{d}", daemon=True)
                     for d in self.devices]
         for t in threads:
             t.start()
+        db_down = False
         while not self.stopping.is_set():
             if max_jobs is not None and self.judged >= max_jobs:
+                break
+            if lifeline.orphaned(self.parent):
+                log.warning("parent process %s is gone: stopping", self.parent)
                 break
             want = self._capacity()
             try:
                 claimed = q.claim(self.db, self.worker_id, want, self.settings.lease_s) if want else []
-            except Exception:  # the database is unreachable: keep the held jobs, try again
-                log.exception("claim failed")
-                claimed = []
+                if db_down:
+                    log.warning("claim: the database answers again")
+                db_down = False
+            except Exception as exc:  # the database is unreachable: keep the held jobs, try again
+                if not db_down:  # one traceback per outage, not one per poll
+                    log.exception("claim failed")
+                else:
+                    log.debug("claim failed again: %s", exc)
+                db_down, claimed = True, []
             for c in claimed:
                 self._start(c)
             self.wake.wait(self.settings.poll_s if not claimed or not want else 0.05)
@@ -121,15 +170,34 @@ class Worker:
     def _start(self, claim: q.Claim) -> None:
         with self.lock:
             self.held[claim.token] = _Held(claim)
-        log.info("job %s (%s): claimed%s", claim.job_id, claim.task_id,
-                 f" after {claim.crashes} worker crash(es)" if claim.crashes else "")
-        if claim.crashes >= self.policy.max_worker_crashes:
-            verdict = crash_loop_verdict(claim.task_id, self.devices[0], claim.source_sha256, claim.crashes)
-            self._finish(claim, verdict)
-            return
+        with job_context(job_id=claim.job_id, submission_id=claim.submission_id):
+            log.info("job %s (%s): claimed%s", claim.job_id, claim.task_id,
+                     f" after {claim.crashes} worker crash(es) while running it" if claim.crashes else "")
+            self._fault_point(claim, HeldPhase.CLAIMED)
+            if self.policy.crash_loop(claim.crashes):
+                verdict = crash_loop_verdict(claim.task_id, self.devices[0], claim.source_sha256, claim.crashes)
+                self._finish(claim, verdict)
+                return
         with self.lock:
             self.compiling += 1
         self.to_compile.put(claim)
+
+    def _phase(self, claim: q.Claim, phase: HeldPhase) -> float:
+        """Mark the held job's phase; returns the seconds spent in the previous one."""
+        with self.lock:
+            held = self.held.get(claim.token)
+            if held is None:
+                return 0.0
+            now = time.monotonic()
+            spent, held.phase, held.since, held.since_utc = now - held.since, phase, now, utcnow().isoformat()
+        self._fault_point(claim, phase)
+        return spent
+
+    def _fault_point(self, claim: q.Claim, phase: HeldPhase) -> None:
+        """Fault injection for drills (JUDGE_FAULT_PAUSE_AT): stop dead here, holding the job, until killed."""
+        if self.fault_pause_at == phase.value:
+            log.warning("FAULT INJECTION: paused at %s with job %s", phase.value, claim.job_id)
+            threading.Event().wait()
 
     # --- stages ------------------------------------------------------------------------------------
 
@@ -137,9 +205,11 @@ class Worker:
         while True:
             claim = self.to_compile.get()
             try:
-                self._compile(claim)
-            except Exception:
+                with job_context(job_id=claim.job_id, submission_id=claim.submission_id):
+                    self._compile(claim)
+            except Exception:  # a bug of ours: never keep heartbeating a job nobody works on
                 log.exception("job %s: compile stage failed", claim.job_id)
+                self._let_go(claim)
             finally:
                 with self.lock:
                     self.compiling -= 1
@@ -149,29 +219,34 @@ class Worker:
         if self.stopping.is_set():
             self._release(claim)
             return
+        self._phase(claim, HeldPhase.COMPILING)
+        started = time.monotonic()
         try:
             result = self.judge.prepare(claim.task_id, claim.source, target=self.target)
-        except Exception as exc:  # the judge's own failure: system_error, retried with backoff
+        except Exception as exc:  # noqa: BLE001 - the judge's own failure: system_error, retried with backoff
             result = system_error(claim.task_id, self.target, claim.source_sha256, "prepare", exc)
+        self.stats.observe("compile", time.monotonic() - started)  # compile errors included
         if isinstance(result, Verdict):
             self._finish(claim, result)
             return
         if self.stopping.is_set():
             self._release(claim)
             return
-        if not q.advance(self.db, claim.token, JobState.COMPILED, build_key=result.build_key,
-                         compile_cached=result.compile_cached):
-            self._forget(claim, "taken away while compiling")
+        if not self._advance(claim, JobState.COMPILED, build_key=result.build_key,
+                             compile_cached=result.compile_cached):
             return
+        self._phase(claim, HeldPhase.COMPILED)
         self.compiled.put((claim, result))
 
     def _execute_loop(self, device: str) -> None:
         while True:
             claim, prepared = self.compiled.get()
             try:
-                self._execute(claim, prepared, device)
-            except Exception:
+                with job_context(job_id=claim.job_id, submission_id=claim.submission_id):
+                    self._execute(claim, prepared, device)
+            except Exception:  # a bug of ours: never keep heartbeating a job nobody works on
                 log.exception("job %s: execute stage failed", claim.job_id)
+                self._let_go(claim)
             finally:
                 self.wake.set()
 
@@ -179,22 +254,46 @@ class Worker:
         if self.stopping.is_set():
             self._release(claim)
             return
-        if not q.advance(self.db, claim.token, JobState.RUNNING):
-            self._forget(claim, "taken away while waiting for the device")
+        if not self._advance(claim, JobState.RUNNING):
             return
-        with self.lock:
-            if claim.token in self.held:
-                self.held[claim.token].phase = "running"
+        self.stats.observe("device_wait", self._phase(claim, HeldPhase.EXECUTING))
+        started = time.monotonic()
         try:
             verdict = self.judge.execute(prepared, device)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the judge's own failure: system_error, retried with backoff
             verdict = system_error(claim.task_id, device, claim.source_sha256, "execute", exc)
+        busy = time.monotonic() - started
+        self.stats.observe("execute", busy)
+        self.stats.device_busy(device, busy)
         self._finish(claim, verdict)
 
     # --- outcomes ----------------------------------------------------------------------------------
 
+    def _advance(self, claim: q.Claim, state: JobState, **values: object) -> bool:
+        """Move the held job to `state`, retrying while the database is away. False: the job is no longer
+        ours (taken away, or let go because the database stayed away); it has left `held` either way."""
+        for attempt in range(TRANSITION_RETRIES):
+            try:
+                if q.advance(self.db, claim.token, state, **values):
+                    return True
+                self._forget(claim, f"taken away before it could become {state.value}")
+                return False
+            except Exception:
+                log.exception("job %s: moving to %s failed (attempt %d)", claim.job_id, state.value, attempt + 1)
+                if attempt + 1 < TRANSITION_RETRIES:
+                    time.sleep(0.5 * 2 ** attempt)
+        self._let_go(claim)
+        return False
+
+    def _let_go(self, claim: q.Claim) -> None:
+        """Stop working on a job after a failure of ours: release it (once), and whatever happens stop
+        heartbeating it, so its lease expires and another worker takes it without blaming the candidate."""
+        self._release(claim)
+
     def _finish(self, claim: q.Claim, verdict: Verdict) -> None:
-        outcome = "lost"
+        self._phase(claim, HeldPhase.RECORDING)
+        started = time.monotonic()
+        outcome = Outcome.LOST
         for attempt in range(FINISH_RETRIES):
             try:
                 outcome = q.finish(self.db, claim.token, verdict, self.worker_id, self.policy)
@@ -203,10 +302,13 @@ class Worker:
                 log.exception("job %s: recording the verdict failed (attempt %d)", claim.job_id, attempt + 1)
                 time.sleep(2 ** attempt)
         self._forget(claim, None)
-        if outcome == "verdict":
+        self.stats.observe("record", time.monotonic() - started)
+        self.stats.outcome(outcome.value)
+        if outcome is Outcome.VERDICT:
             self.judged += 1
-        log.info("job %s: %s (%s)%s", claim.job_id, verdict.status.value, outcome,
-                 "" if outcome != "lost" else ": the job was reclaimed by another worker; result discarded")
+        log.info("job %s: %s (%s)%s", claim.job_id, verdict.status.value, outcome.value,
+                 "" if outcome is not Outcome.LOST else ": the job was reclaimed by another worker; result discarded",
+                 extra={"verdict": verdict.status.value, "outcome": outcome.value})
 
     def _release(self, claim: q.Claim) -> None:
         try:
@@ -230,20 +332,39 @@ class Worker:
 
     def _heartbeats(self) -> None:
         interval = max(0.2, self.settings.lease_s / 4)
-        while True:
-            time.sleep(interval)
+        while not self.stopped.wait(interval):
             with self.lock:
                 tokens = list(self.held)
+                current = [h.describe() for h in self.held.values()]
             try:
                 lost = q.heartbeat(self.db, tokens, self.settings.lease_s)
             except Exception:
                 log.exception("heartbeat failed")
                 continue
+            try:
+                registry.beat(self.db, self.worker_id, current, self.stats.snapshot())
+            except Exception:
+                log.exception("the workers row was not refreshed")
             with self.lock:
                 for token in lost:
                     h = self.held.pop(token, None)
                     if h is not None:
                         log.warning("job %s: lease lost; its result will be discarded", h.claim.job_id)
+
+    def _maintenance(self) -> None:
+        """Keep the build cache under JUDGE_BUILD_CACHE_MAX_BYTES (every maintenance_interval_s)."""
+        from service.maintenance import run_maintenance
+
+        while not self.stopped.wait(self.settings.maintenance_interval_s):
+            try:
+                report = run_maintenance(self.settings, db=self.db)
+                builds = report.get("builds", {})
+                if builds.get("evicted") or report["artifacts"]["run_dirs_removed"]:
+                    log.info("maintenance: evicted %d builds (%d bytes), removed %d run dirs",
+                             len(builds.get("evicted", [])), builds.get("freed_bytes", 0),
+                             len(report["artifacts"]["run_dirs_removed"]))
+            except Exception:
+                log.exception("maintenance failed")
 
     def _shutdown(self) -> None:
         """Let compile threads and executors drain (they release instead of starting new work), wait for
@@ -263,4 +384,9 @@ class Worker:
             self.wake.wait(0.1)
             self.wake.clear()
         self._release_all()
+        try:
+            registry.stopped(self.db, self.worker_id, self.stats.snapshot())
+        except Exception:
+            log.exception("could not mark this worker stopped in the workers table")
+        self.stopped.set()
         log.info("worker %s: stopped after %d verdicts", self.worker_id, self.judged)

@@ -46,7 +46,8 @@ def test_bit_identical_in_another_process() -> None:
         "import json, sys; sys.path.insert(0, sys.argv[1]); "
         "from tests.reference.test_inputs import _all_digests; print(json.dumps(_all_digests(12345)))"
     )
-    out = subprocess.run([sys.executable, "-c", script, str(REPO)], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", script, str(REPO)], capture_output=True, text=True, check=True,
+                         cwd=REPO)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == _all_digests(12345)
 
 
@@ -120,9 +121,10 @@ def _row_entropy(p: torch.Tensor) -> torch.Tensor:
     return -(p * p.log()).sum(1)
 
 
-@pytest.mark.parametrize("distribution", get_task("kl_div").distributions[1:])
+@pytest.mark.parametrize("distribution", [d for d in get_task("kl_div").distributions[1:] if d != "planted"])
 def test_kl_adversarial_rows_are_not_identically_distributed(distribution: str) -> None:
     # Official rows all have entropy within ~0.05 nats of log(dim); adversarial ones spread over nats.
+    # ("planted" is official-looking on purpose: tests/reference/test_planted.py covers it.)
     task = get_task("kl_div")
     p0, t0 = task.make_inputs((256, 512), OFFICIAL, 0, CPU)
     assert float(_row_entropy(t0).std()) < 0.01

@@ -82,7 +82,7 @@ def test_forbidden_aten_ops_exist(task: Task) -> None:
     assert task.forbidden_aten_ops and task.forbidden_aten_ops <= known
 
 
-def _resolve(name: str):
+def _resolve(name: str) -> object:
     """Import the longest importable module prefix of `name`, then getattr the rest."""
     parts = name.split(".")
     for i in range(len(parts), 0, -1):
@@ -108,8 +108,10 @@ def test_forbidden_names_cover_the_reference_call() -> None:
     assert "torch.nn.functional.kl_div" in get_task("kl_div").forbidden_python_names
     assert "aten::kl_div" in get_task("kl_div").forbidden_aten_ops
     ce = get_task("cross_entropy")
-    assert {"torch.nn.functional.cross_entropy", "torch._C._nn.cross_entropy_loss", "torch.logsumexp"} <= ce.forbidden_python_names
-    assert {"aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::_log_softmax", "aten::logsumexp"} <= ce.forbidden_aten_ops
+    assert {"torch.nn.functional.cross_entropy", "torch._C._nn.cross_entropy_loss",
+            "torch.logsumexp"} <= ce.forbidden_python_names
+    assert {"aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::_log_softmax",
+            "aten::logsumexp"} <= ce.forbidden_aten_ops
 
 
 def test_package_exports() -> None:

@@ -21,8 +21,8 @@ def corpus_meta(path: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def judge_config(tmp_path_factory: pytest.TempPathFactory) -> JudgeConfig:
-    root = tmp_path_factory.mktemp("judge")
+def judge_config(judge_root: Path) -> JudgeConfig:
+    root = judge_root
     return JudgeConfig(
         build_root=root / "builds",
         cache_root=root / "cache",

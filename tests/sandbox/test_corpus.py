@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import Status, judge
+from sandbox.config import JudgeConfig
 from sandbox.verdict import Verdict
 
 from .conftest import CORPUS, corpus_meta
@@ -91,3 +92,23 @@ def test_a_child_that_cannot_start_is_a_system_error_not_the_candidates(judge_co
     verdict = execute(prepared, "cpu", config=broken)
     assert verdict.status is Status.SYSTEM_ERROR, verdict.diagnosis
     assert "before loading the candidate" in verdict.diagnosis
+
+
+def test_runaway_host_memory_with_default_limits_is_a_memory_error_not_a_timeout(judge_config: JudgeConfig) -> None:
+    """Issue 11: with the default memory limit a runaway allocation used to end as `timeout` (this host pages
+    memory in at ~200 MB/s, so 16 GiB takes minutes) with torch profiler lines as its "last output". It
+    must be a runtime_error that names memory, without profiler noise. The limit is the default, capped at
+    half the host's free memory so that the test never wakes the host's own OOM killer."""
+    import os
+    from dataclasses import replace
+
+    from sandbox.supervisor import PROFILER_NOISE
+
+    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    config = replace(judge_config, memory_limit_bytes=min(JudgeConfig().memory_limit_bytes, free // 2),
+                     call_timeout_s=10.0)
+    path = CORPUS / "hostile" / "cpu" / "c8_host_memory.py"
+    verdict = judge(corpus_meta(path)["task"], path.read_text(), "cpu", config=config)
+    assert verdict.status is Status.RUNTIME_ERROR, verdict.diagnosis
+    assert "memory" in verdict.diagnosis
+    assert not any(PROFILER_NOISE.match(line) for line in verdict.diagnosis.splitlines()), verdict.diagnosis

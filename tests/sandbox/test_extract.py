@@ -13,7 +13,8 @@ def test_bare_module_is_taken_as_is():
 
 def test_last_python_block_defining_model_new_wins():
     first = MODULE.replace("return x", "return x + 1")
-    text = f"Draft:\n```python\n{first}```\nThen C++:\n```cpp\nint main() {{}}\n```\nFinal:\n```python\n{MODULE}```\nDone."
+    text = (f"Draft:\n```python\n{first}```\nThen C++:\n```cpp\nint main() {{}}\n```\n"
+            f"Final:\n```python\n{MODULE}```\nDone.")
     assert extract_candidate(text) == MODULE
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import isolation
+from sandbox.config import JudgeConfig
 from sandbox.isolation import Limits, SandboxSpec
 
 ALL = ["bwrap", "unshare", "none"]
@@ -72,15 +73,34 @@ def no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- mechanism selection -------------------------------------------------------------------------------
 
-def test_auto_picks_bwrap_and_names_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_picks_bwrap_and_names_are_checked() -> None:
     assert isolation.available_mechanism("auto") == "bwrap"
+    assert isolation.require_isolation("auto") == "bwrap"
     assert isolation.available_mechanism("none") == "none"
     with pytest.raises(isolation.IsolationError, match="unknown"):
         isolation.available_mechanism("docker")
+
+
+@pytest.mark.parametrize("requested", ["auto", "bwrap"])
+@pytest.mark.parametrize("bwrap", ["/nonexistent/bwrap", "/bin/false"], ids=["missing", "broken"])
+def test_without_bubblewrap_nothing_falls_back(monkeypatch: pytest.MonkeyPatch, requested: str, bwrap: str) -> None:
+    """A missing or unusable bwrap is refused, with the reason and how to install it: no silent unshare."""
+    monkeypatch.setenv("JUDGE_BWRAP", bwrap)
+    with pytest.raises(isolation.IsolationUnavailable) as refused:
+        isolation.require_isolation(requested)
+    message = str(refused.value)
+    assert "apt-get install bubblewrap" in message and "JUDGE_ISOLATION=unshare" in message
+    assert ("does not exist" in message) if bwrap.startswith("/nonexistent") else ("cannot create a sandbox" in message)
+    with pytest.raises(isolation.IsolationUnavailable):
+        isolation.start(SandboxSpec(argv=["true"], env=ENV, writable_dir=Path("/tmp/never-used")), requested)
+
+
+def test_weaker_isolation_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUDGE_BWRAP", "/nonexistent/bwrap")
-    with pytest.raises(isolation.IsolationError, match="does not work"):
-        isolation.available_mechanism("bwrap")
-    assert isolation.available_mechanism("auto") in ("unshare", "none")
+    assert isolation.require_isolation("none") == "none"
+    if isolation._works("unshare"):
+        assert isolation.require_isolation("unshare") == "unshare"
+    assert isolation.RANKED_MECHANISMS == {"bwrap"}
 
 
 # --- network -------------------------------------------------------------------------------------------
@@ -440,3 +460,32 @@ def test_torch_and_a_cpp_extension_build_inside(tmp_path: Path) -> None:
     out = report(done)
     assert out["sum"] == 2.0 and out["ext"] == [1.0, 1.0, 1.0]
     assert out["file"].startswith("/build/") and (tmp_path / "build" / Path(out["file"]).name).exists()
+
+
+# --- judging refuses without bubblewrap, and records what ran ----------------------------------------
+
+KL_CORRECT = Path(__file__).resolve().parents[1] / "corpus" / "cpu" / "kl_div_cpp_correct.py"
+
+
+def test_judging_without_bubblewrap_is_a_system_error_that_says_how_to_install_it(
+        judge_config: JudgeConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandbox import Status, judge
+
+    monkeypatch.setenv("JUDGE_BWRAP", "/nonexistent/bwrap")
+    verdict = judge("kl_div", KL_CORRECT.read_text(), "cpu", config=judge_config)  # isolation "auto"
+    assert verdict.status is Status.SYSTEM_ERROR, verdict.diagnosis
+    assert "bubblewrap is required" in verdict.diagnosis and "apt-get install bubblewrap" in verdict.diagnosis
+
+
+def test_named_weaker_isolation_judges_and_is_recorded(judge_config: JudgeConfig,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """JUDGE_ISOLATION=unshare (here: the config field it sets) opts in; the verdict says "unshare"."""
+    from dataclasses import replace
+
+    from sandbox import Status, judge
+
+    monkeypatch.setenv("JUDGE_BWRAP", "/nonexistent/bwrap")
+    verdict = judge("kl_div", KL_CORRECT.read_text(), "cpu", config=replace(judge_config, isolation="unshare"))
+    assert verdict.status is Status.CORRECT, verdict.diagnosis
+    assert verdict.environment is not None and verdict.environment.isolation == "unshare"
+    assert verdict.environment.isolation not in isolation.RANKED_MECHANISMS

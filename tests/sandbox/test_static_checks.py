@@ -44,7 +44,8 @@ def test_cross_entropy_forbids_log_softmax_and_nll():
 
 
 def test_an_honest_candidate_has_no_findings_and_its_imports_are_noted():
-    source = HEAD + "from torch.utils.cpp_extension import load_inline\ndef f(p, t): return (t * (t.log() - p.log())).sum()" + TAIL
+    source = (HEAD + "from torch.utils.cpp_extension import load_inline\n"
+              "def f(p, t): return (t * (t.log() - p.log())).sum()" + TAIL)
     rules, report = findings(source)
     assert rules == []
     assert "torch.utils.cpp_extension" in report.imports

@@ -44,8 +44,8 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, interva
 
 
 @pytest.fixture(scope="session")
-def judge_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("judge-cache")
+def judge_dirs(judge_root: Path) -> dict[str, str]:
+    root = judge_root
     return {"JUDGE_BUILD_ROOT": str(root / "builds"), "JUDGE_CACHE_ROOT": str(root / "cache")}
 
 
@@ -68,9 +68,15 @@ def client(settings: Settings) -> Iterator[TestClient]:
         yield test_client
 
 
+def new_key(db: Database, submitter: str) -> str:
+    """Mint an API key straight in the database (its own transaction); returns the secret."""
+    with db.transaction() as session:
+        return crud.create_key(session, submitter)[1]
+
+
 @pytest.fixture
 def api_key(db: Database) -> str:
-    return crud.create_key(db, "alice")[1]
+    return new_key(db, "alice")
 
 
 @pytest.fixture

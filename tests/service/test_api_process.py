@@ -17,7 +17,8 @@ SOURCE = CORRECT_KL_DIV.read_text()
 
 
 def test_api_restart_loses_nothing(db: Database, live_api, spawn):
-    key = crud.create_key(db, "alice")[1]
+    with db.transaction() as session:
+        key = crud.create_key(session, "alice")[1]
     headers = {"Authorization": f"Bearer {key}"}
     api, base = live_api()
     ids = []
@@ -43,7 +44,8 @@ def test_api_restart_loses_nothing(db: Database, live_api, spawn):
 
 
 def test_events_stream_status_changes_until_done(db: Database, live_api, spawn):
-    key = crud.create_key(db, "alice")[1]
+    with db.transaction() as session:
+        key = crud.create_key(session, "alice")[1]
     _, base = live_api()
     sub_id = httpx.post(f"{base}/v1/submissions", headers={"Authorization": f"Bearer {key}"},
                         json={"task": "kl_div", "source": SOURCE}).json()["id"]
@@ -67,7 +69,8 @@ def test_events_stream_status_changes_until_done(db: Database, live_api, spawn):
 
 
 def test_cli_submit_wait_and_status(db: Database, live_api, spawn, tmp_path):
-    key = crud.create_key(db, "carol")[1]
+    with db.transaction() as session:
+        key = crud.create_key(session, "carol")[1]
     _, base = live_api()
     spawn("worker", JUDGE_MODE="compile-only")
     cli = [sys.executable, "-m", "service.cli.main"]
@@ -76,12 +79,12 @@ def test_cli_submit_wait_and_status(db: Database, live_api, spawn, tmp_path):
     assert done.returncode == 0, done.stderr
     sub_id, verdict_line = done.stdout.strip().splitlines()
     assert verdict_line.startswith("correct: compile-only judge")
-    status = subprocess.run([*cli, "status", sub_id, "--url", base], capture_output=True, text=True, cwd=ROOT,
+    status = subprocess.run([*cli, "status", sub_id, "--json", "--url", base], capture_output=True, text=True, cwd=ROOT,
                             timeout=60)
     assert json.loads(status.stdout)["submitter"] == "carol"
     unknown = subprocess.run([*cli, "submit", "--task", "nope", str(CORRECT_KL_DIV), "--url", base, "--key", key],
                              capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert unknown.returncode == 1 and "valid_task_ids" in unknown.stderr
+    assert unknown.returncode == 5 and "valid_task_ids" in unknown.stderr  # 5: not found (exit codes in --help)
 
 
 def test_serve_runs_api_and_worker_and_stops_both(tmp_path, judge_dirs):
@@ -122,7 +125,10 @@ def test_serve_runs_api_and_worker_and_stops_both(tmp_path, judge_dirs):
         assert "worker" in Path(f"/proc/{worker}/cmdline").read_text()
         serve.popen.send_signal(signal.SIGTERM)
         assert serve.popen.wait(60) != -signal.SIGKILL
-        wait_for(lambda: not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2],
-                 30, "the worker to stop with serve")
+
+        def gone() -> bool:
+            return not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
+
+        wait_for(gone, 30, "the worker to stop with serve")
     finally:
         serve.close()

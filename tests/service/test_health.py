@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import inspect
 
-from service.db.migrate import downgrade, upgrade
+from service.db.migrate import downgrade, head_revision, upgrade
 from service.db.session import Database
 
 
@@ -12,7 +12,7 @@ def test_healthz_and_readyz(client):
     assert client.get("/healthz").json() == {"status": "ok", "detail": {}}
     ready = client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["detail"] == {"revision": "0001", "queued": 0, "held": 0, "busy_workers": 0}
+    assert ready.json()["detail"] == {"revision": head_revision(), "queued": 0, "held": 0, "busy_workers": 0}
 
 
 def test_readyz_is_503_when_the_schema_is_missing(client, db_url):
@@ -24,7 +24,7 @@ def test_readyz_is_503_when_the_schema_is_missing(client, db_url):
     assert client.get("/readyz").status_code == 200
 
 
-def test_migrations_create_every_table(db: Database):
+def test_migrations_create_every_table(db: Database) -> None:
     tables = set(inspect(db.engine).get_table_names())
     assert {"api_keys", "submissions", "jobs", "job_attempts", "verdicts", "alembic_version"} <= tables
 

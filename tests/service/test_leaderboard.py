@@ -13,18 +13,21 @@ from service.queue import claims as q
 
 def judged(db: Database, who: str, model: str, status: Status, median_ms: float | None, device: str = "H100",
            eager_ms: float = 4.0, compile_ms: float = 0.8) -> str:
-    key = crud.create_key(db, who)[0]
-    sub = crud.create_submission(db, key, SubmissionCreate(task="kl_div", source=f"# {who} {median_ms}",
-                                                           model=model)).submission
+    with db.transaction() as session:
+        key = crud.create_key(session, who)[0]
+        source = f"# {who} {median_ms}"
+        sub = crud.create_submission(session, key, SubmissionCreate(task="kl_div", source=source,
+                                                                    model=model)).submission
     (claim,) = q.claim(db, "w", 1, 60)
     perf = None
     if median_ms is not None:
         stats = lambda ms: TimingStats(median_ms=ms, q25_ms=ms, q75_ms=ms, min_ms=ms, mean_ms=ms, reps=10)  # noqa: E731
-        perf = Performance(candidate=stats(median_ms), baselines={"eager": stats(eager_ms), "compile": stats(compile_ms)},
+        perf = Performance(candidate=stats(median_ms),
+                           baselines={"eager": stats(eager_ms), "compile": stats(compile_ms)},
                            speedups={"eager": eager_ms / median_ms, "compile": compile_ms / median_ms},
                            min_bytes=2 << 30, bandwidth_bytes_per_s=3e12,
                            speed_of_light_fraction=(2 << 30) / 3e12 * 1e3 / median_ms)
-    verdict = Verdict(status=status, diagnosis="x", task="kl_div", device="cuda:0", source_sha256="s",
+    verdict = Verdict(status=status, diagnosis="x", task="kl_div", device="cuda:0", source_sha256=crud.sha256(source),
                       performance=perf, environment=Environment(device="cuda:0", device_name=device, torch="2",
                                                                 python="3", isolation="bwrap"))
     assert q.finish(db, claim.token, verdict, "w", q.RetryPolicy()) == "verdict"
@@ -42,7 +45,8 @@ def test_best_per_submitter_per_device_sorted_by_speedup(client, db):
     board = client.get("/v1/leaderboard/kl_div").json()
     by_device = {d["device_name"]: d["entries"] for d in board["devices"]}
     assert set(by_device) == {"H100", "A100"}
-    assert [(e["rank"], e["name"], e["submission_id"]) for e in by_device["H100"]] == [(1, "ann", a_fast), (2, "bob", b)]
+    ranked = [(e["rank"], e["name"], e["submission_id"]) for e in by_device["H100"]]
+    assert ranked == [(1, "ann", a_fast), (2, "bob", b)]
     assert by_device["H100"][0]["speedup_eager"] == 4.0
     assert [e["submission_id"] for e in by_device["A100"]] == [other]
     assert a_slow not in [e["submission_id"] for e in by_device["H100"]]

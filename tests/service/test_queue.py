@@ -18,9 +18,10 @@ from service.queue.states import JobState
 
 
 def enqueue(db: Database, n: int) -> list[str]:
-    key = crud.create_key(db, "alice")[0]
-    return [crud.create_submission(db, key, SubmissionCreate(task="kl_div", source=f"# {i}\n")).submission.id
-            for i in range(n)]
+    with db.transaction() as session:
+        key = crud.create_key(session, "alice")[0]
+        return [crud.create_submission(session, key, SubmissionCreate(task="kl_div", source=f"# {i}\n")
+                                       ).submission.id for i in range(n)]
 
 
 def verdict(status: Status = Status.CORRECT, diagnosis: str = "ok") -> Verdict:
@@ -71,13 +72,14 @@ def test_concurrent_claimers_in_threads_split_the_queue(db):
 
 
 def test_expired_lease_is_reclaimed_and_the_late_worker_cannot_record(db):
-    (sub,) = enqueue(db, 1)
+    enqueue(db, 1)
     (slow,) = q.claim(db, "slow", 1, 60)
+    assert q.advance(db, slow.token, JobState.COMPILED) and q.advance(db, slow.token, JobState.RUNNING)
     expire_leases(db)
     (fast,) = q.claim(db, "fast", 1, 60)
     assert fast.job_id == slow.job_id and fast.token != slow.token and fast.crashes == 1
     assert q.heartbeat(db, [slow.token, fast.token], 60) == {slow.token}
-    assert q.advance(db, slow.token, JobState.COMPILED) is False
+    assert q.advance(db, slow.token, JobState.RUNNING) is False
     assert q.finish(db, fast.token, verdict(diagnosis="fast"), "fast", q.RetryPolicy()) == "verdict"
     assert q.finish(db, slow.token, verdict(diagnosis="slow"), "slow", q.RetryPolicy()) == "lost"
     assert verdict_count(db) == 1
@@ -114,14 +116,41 @@ def test_heartbeat_keeps_a_job_from_being_reclaimed(db):
     assert q.claim(db, "other", 1, 60) == []
 
 
+def run_it(db: Database, claim: q.Claim) -> None:
+    assert q.advance(db, claim.token, JobState.COMPILED) and q.advance(db, claim.token, JobState.RUNNING)
+
+
 def test_crash_count_reaches_the_limit(db):
-    (sub,) = enqueue(db, 1)
-    q.claim(db, "w1", 1, 60)
+    enqueue(db, 1)
+    run_it(db, q.claim(db, "w1", 1, 60)[0])
     expire_leases(db)
-    q.claim(db, "w2", 1, 60)
+    run_it(db, q.claim(db, "w2", 1, 60)[0])
     expire_leases(db)
     (third,) = q.claim(db, "w3", 1, 60)
-    assert third.crashes == 2 >= q.RetryPolicy().max_worker_crashes
+    assert third.crashes == 2 and q.RetryPolicy().crash_loop(third.crashes)
+
+
+def test_a_worker_death_before_running_is_not_blamed_on_the_candidate(db):
+    """Issue 11 drill: two correct candidates were stored as crash loops because their workers were
+    killed while the jobs sat compiled. Only a death while `running` counts."""
+    (sub,) = enqueue(db, 1)
+    for worker, state in (("w1", None), ("w2", JobState.COMPILED), ("w3", JobState.COMPILED)):
+        (claim,) = q.claim(db, worker, 1, 60)
+        assert claim.crashes == 0
+        if state is not None:
+            assert q.advance(db, claim.token, state)
+        expire_leases(db)
+    (last,) = q.claim(db, "w4", 1, 60)
+    assert last.crashes == 0 and job(db, sub).crashes == 0
+    with db.transaction(read_only=True) as s:
+        outcomes = s.scalars(select(JobAttempt.outcome).order_by(JobAttempt.id)).all()
+    assert outcomes == ["expired", "expired", "expired", None]
+
+
+def test_retry_policy_is_one_documented_rule():
+    policy = q.RetryPolicy(max_attempts=3, backoff_s=10.0, max_worker_crashes=2)
+    assert [policy.retry_delay(n) for n in (1, 2, 3, 4)] == [10.0, 20.0, None, None]
+    assert [policy.crash_loop(n) for n in (0, 1, 2)] == [False, False, True]
 
 
 def test_system_error_is_retried_with_backoff_then_final(db):

@@ -35,4 +35,4 @@ def test_unknown_task_is_404_with_valid_ids(client):
     for path in ("/v1/tasks/nope", "/v1/tasks/nope/prompt", "/v1/leaderboard/nope"):
         response = client.get(path)
         assert response.status_code == 404
-        assert response.json()["detail"]["valid_task_ids"] == ["kl_div", "cross_entropy"]
+        assert response.json()["valid_task_ids"] == ["kl_div", "cross_entropy"]

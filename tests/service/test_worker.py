@@ -17,7 +17,6 @@ from service.api.schemas import SubmissionCreate
 from service.db.models import Job, JobAttempt, VerdictRow
 from service.db.session import Database
 from service.queue.states import JobState
-
 from tests.service.conftest import CORPUS, CORRECT_KL_DIV, wait_for
 
 SOURCE = CORRECT_KL_DIV.read_text()
@@ -25,9 +24,10 @@ JUDGE_S = 300  # a cold CPU build (~30 s) plus baselines (~15 s) on a loaded 2-c
 
 
 def submit(db: Database, source: str = SOURCE, task: str = "kl_div", n: int = 1) -> list[str]:
-    key = crud.create_key(db, "alice")[0]
-    return [crud.create_submission(db, key, SubmissionCreate(task=task, source=source, model="m")).submission.id
-            for _ in range(n)]
+    with db.transaction() as session:
+        key = crud.create_key(session, "alice")[0]
+        return [crud.create_submission(session, key, SubmissionCreate(task=task, source=source, model="m")
+                                       ).submission.id for _ in range(n)]
 
 
 def jobs(db: Database) -> list[Job]:
@@ -102,15 +102,17 @@ def test_kill9_mid_job_is_reclaimed_with_exactly_one_verdict(db, spawn):
 def test_a_job_that_kills_two_workers_gets_a_final_verdict(db, spawn):
     (sub,) = submit(db)
     for crash in (1, 2):
-        worker = spawn("worker")
-        wait_for(lambda: state_of(db, sub) is JobState.RUNNING and jobs(db)[0].crashes == crash - 1,
+        # Held at the start of execution (the drills' fault hook), so the kill lands while the candidate is the
+        # one running, never in the few milliseconds while a fast, cached judging records its verdict.
+        worker = spawn("worker", JUDGE_FAULT_PAUSE_AT="executing")
+        wait_for(lambda c=crash: state_of(db, sub) is JobState.RUNNING and jobs(db)[0].crashes == c - 1,
                  JUDGE_S, f"worker {crash} to be running the job")
         worker.kill9()
     last = spawn("worker")
     wait_for(lambda: state_of(db, sub) is JobState.DONE, 60, "the final verdict")
     (row,) = verdicts(db)
     assert row.status is Status.RUNTIME_ERROR
-    assert "crashed the judging worker twice" in row.diagnosis
+    assert "crashed the judging worker: its worker died 2 times while executing it" in row.diagnosis
     (job,) = jobs(db)
     assert job.crashes == 2 and job.claims == 3
     assert last.terminate() == 0

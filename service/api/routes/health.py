@@ -32,7 +32,7 @@ def readyz(db: DatabaseDep):  # noqa: ANN201
             held = session.scalar(select(func.count()).where(Job.state.in_(ACTIVE)))
             workers = session.scalar(select(func.count(func.distinct(Job.worker_id))).where(
                 Job.state.in_(ACTIVE), Job.lease_expires_at > utcnow()))
-    except Exception as exc:  # any database failure means "not ready"; the reason is reported
+    except Exception as exc:  # noqa: BLE001 -- any database failure means "not ready"; the reason is reported
         return JSONResponse(status_code=503, content={"status": "unavailable", "detail": {"error": str(exc)[:500]}})
     head = head_revision()
     if revision != head:

@@ -1,31 +1,38 @@
-"""GET /v1/leaderboard/{task}: the best correct submission per submitter or model, per GPU model."""
+"""GET /v1/leaderboard/{task}: ranked entries per GPU model (the rules are in service/ranking.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from fastapi import APIRouter, Query
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Query, Request
 
-from service import crud
-from service.api import schemas
-from service.api.deps import DatabaseDep, TaskDep
+from service import ranking
+from service.api.deps import ReadSessionDep, TaskDep
 
 router = APIRouter(prefix="/v1/leaderboard", tags=["leaderboard"])
 
 
-@router.get("/{task_id}", response_model=schemas.Leaderboard, summary="Leaderboard of one task",
+@router.get("/{task_id}", response_model=ranking.Leaderboard, summary="Leaderboard of one task",
             responses={404: {"description": "Unknown task; the body lists the valid task ids."}})
-async def read_leaderboard(
+def read_leaderboard(
+    request: Request,
     task: TaskDep,
-    db: DatabaseDep,
-    by: Annotated[Literal["submitter", "model"], Query(description="One entry per submitter or per model.")] = "submitter",
-    sort: Annotated[Literal["speedup_eager", "speedup_compile", "speed_of_light", "median_ms"],
-                    Query(description="Ranking metric; speedups and speed-of-light rank high first, median_ms low first.")
-                    ] = "speedup_eager",
-    device: Annotated[str | None, Query(description="Only this device model, e.g. `NVIDIA H100 80GB HBM3`.")] = None,
+    session: ReadSessionDep,
+    by: Annotated[ranking.By, Query(description="One entry per submitter, per model, or per distinct code.")
+                  ] = "submitter",
+    sort: Annotated[ranking.Sort, Query(description="Ranking metric; speedups and speed-of-light rank high first, "
+                                                    "median_ms low first.")] = "speedup_eager",
+    device: Annotated[str | None, Query(max_length=200,
+                                        description="Only this GPU model, e.g. `NVIDIA H100 80GB HBM3`.")] = None,
+    extra_failures: Annotated[bool, Query(description="Also rank kernels that failed one of the task's extra "
+                                                      "shapes.")] = False,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> schemas.Leaderboard:
-    """Only `correct` verdicts that were timed are ranked. Within a device model each submitter (or model) appears
-    once, with its best submission by `sort`; ties go to the earlier submission."""
-    return await run_in_threadpool(crud.leaderboard, db, task.id.value, by, sort, device, limit)
+) -> ranking.Leaderboard:
+    """Only `correct`, timed verdicts judged under bubblewrap are ranked (others are listed in `unranked`).
+    Each distinct code (sha256 of the code judged) counts once per GPU model, with its first verdict; then
+    each submitter (or model) appears once, with its best code by `sort`. Entries whose interquartile ranges
+    overlap the head of their group share its rank (`tied`, `rank_label` "=2")."""
+    return ranking.leaderboard(session, ranking.Query(task=task.id.value, by=by, sort=sort, device=device,
+                                                      extra_failures=extra_failures, offset=offset, limit=limit),
+                               ranking.cache_for(request.app.state))

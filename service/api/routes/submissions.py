@@ -1,4 +1,5 @@
-"""POST /v1/submissions, GET /v1/submissions/{id}, GET /v1/submissions/{id}/events (server-sent events)."""
+"""POST /v1/submissions, GET /v1/submissions (yours, paginated), GET /v1/submissions/{id}, its /source and its
+/events (server-sent events)."""
 
 from __future__ import annotations
 
@@ -7,106 +8,26 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Request, Response, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
 
-from reference import UnknownTask, get_task
+from sandbox.verdict import Status
 from service import crud
 from service.api import schemas
-from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep, unknown_task
+from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep
+from service.api.errors import responses
+from service.api.submission_body import REQUEST_BODY, SubmissionBody
+from service.core.config import Settings
 from service.core.ratelimit import take_token
+from service.db.models import ApiKey
 from service.db.session import Database
 from service.queue.states import PublicStatus
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
 
-TEXT_TYPES = ("text/", "application/octet-stream")
 
-_REQUEST_BODY = {
-    "required": True,
-    "content": {
-        "application/json": {"schema": schemas.SubmissionCreate.model_json_schema()},
-        "text/plain": {"schema": {"type": "string", "description":
-                                  "The candidate as the raw body (UTF-8); task and metadata as query parameters."}},
-    },
-}
-
-
-def _too_large(what: str, size: int | None, limit: int, setting: str) -> HTTPException:
-    got = f" ({size} bytes)" if size is not None else ""
-    return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
-                         {"message": f"{what} is too large{got}; the limit is {limit} bytes ({setting})",
-                          "limit_bytes": limit})
-
-
-def _invalid(message: str, errors: list | None = None) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"message": message, "errors": errors or []})
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise _too_large("the request body", int(declared), limit, "JUDGE_MAX_REQUEST_BYTES")
-    size, chunks = 0, []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large("the request body", None, limit, "JUDGE_MAX_REQUEST_BYTES")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _parse(request: Request, body: bytes) -> schemas.SubmissionCreate:
-    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if content_type.startswith(TEXT_TYPES):
-        try:
-            source = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _invalid(f"the source is not valid UTF-8: byte {body[exc.start]:#04x} at offset {exc.start}") from None
-        params = request.query_params
-        if not params.get("task"):
-            raise _invalid("with a text body, the task goes in the query string: ?task=kl_div")
-        fields = {"task": params["task"], "source": source, "model": params.get("model"),
-                  "tags": params.getlist("tag"), "idempotency_key": params.get("idempotency_key")}
-        if params.get("sample_index") is not None:
-            fields["sample_index"] = params["sample_index"]
-        try:
-            return schemas.SubmissionCreate.model_validate(fields)
-        except ValidationError as exc:
-            raise _invalid("invalid submission", exc.errors(include_url=False, include_context=False)) from None
-    if content_type != "application/json":
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                            "send application/json (SubmissionCreate) or text/plain (the source)")
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _invalid(f"the request body is not valid UTF-8: byte {body[exc.start]:#04x} at offset {exc.start}") from None
-    try:
-        return schemas.SubmissionCreate.model_validate_json(body)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        raise _invalid("invalid submission body", errors) from None
-
-
-def _validate(body: schemas.SubmissionCreate, settings: SettingsDep) -> None:
-    try:
-        encoded = body.source.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise _invalid(f"the source is not valid UTF-8 (unpaired surrogate at character {exc.start})") from None
-    if len(encoded) > settings.max_source_bytes:
-        raise _too_large("the source", len(encoded), settings.max_source_bytes, "JUDGE_MAX_SOURCE_BYTES")
-    if not body.source.strip():
-        raise _invalid("the source is empty")
-    try:
-        get_task(body.task)
-    except UnknownTask:
-        raise unknown_task(body.task) from None
-
-
-def _accepted(response: Response, request: Request, sub_id: str, status_: PublicStatus,
-              duplicate: bool) -> schemas.SubmissionAccepted:
+def _accepted(response: Response, sub_id: str, status_: PublicStatus, duplicate: bool) -> schemas.SubmissionAccepted:
     location = f"/v1/submissions/{sub_id}"
     response.headers["Location"] = location
     if duplicate:
@@ -120,45 +41,35 @@ def _accepted(response: Response, request: Request, sub_id: str, status_: Public
     status_code=status.HTTP_202_ACCEPTED,
     response_model=schemas.SubmissionAccepted,
     summary="Submit a candidate kernel",
-    openapi_extra={"requestBody": _REQUEST_BODY},
-    responses={
-        401: {"description": "No or unknown API key."},
-        404: {"description": "Unknown task; the body lists the valid task ids."},
-        409: {"description": "The idempotency key was used for a different task or source."},
-        413: {"description": "Source larger than JUDGE_MAX_SOURCE_BYTES (default 256 KiB)."},
-        422: {"description": "Empty source, source not UTF-8, or a malformed body."},
-        429: {"description": "Rate limit or queue quota exceeded; see Retry-After."},
-    },
+    openapi_extra={"requestBody": REQUEST_BODY},
+    responses=responses(401, 404, 409, 413, 415, 422, 429, 503),
 )
-async def create_submission(request: Request, response: Response, key: CurrentKey, db: DatabaseDep,
-                            settings: SettingsDep,
-                            idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-                            ) -> schemas.SubmissionAccepted:
+async def create_submission(response: Response, key: CurrentKey, db: DatabaseDep, settings: SettingsDep,
+                            body: SubmissionBody) -> schemas.SubmissionAccepted:
     """Queue a candidate for judging and return at once (202). The submission and its job are written in one
     transaction, so the candidate is durable when this returns. Send JSON (`SubmissionCreate`), or the source
-    itself as `text/plain` with `?task=...` (and optionally `model`, `sample_index`, `tag`) in the query.
-    Resending with the same idempotency key returns the first submission (`duplicate: true`)."""
-    body = _parse(request, await _read_body(request, settings.max_request_bytes))
-    if idempotency_key and not body.idempotency_key:
-        body.idempotency_key = idempotency_key
-    _validate(body, settings)
+    itself as `text/plain` with `?task=...` (and optionally `model`, `sample_index`, `tag`, `idempotency_key`)
+    in the query. Resending with the same idempotency key returns the first submission (`duplicate: true`)."""
     created = await run_in_threadpool(_admit, db, settings, key, body)
-    sub = created.submission
-    return _accepted(response, request, sub.id, PublicStatus.QUEUED if not created.duplicate else
-                     _status(db, sub.id), created.duplicate)
+    status_ = PublicStatus.QUEUED if not created.duplicate else await run_in_threadpool(_status, db,
+                                                                                        created.submission.id)
+    return _accepted(response, created.submission.id, status_, created.duplicate)
 
 
-def _admit(db: Database, settings: SettingsDep, key, body: schemas.SubmissionCreate) -> crud.Created:  # noqa: ANN001
+def _conflict(exc: crud.IdempotencyConflict) -> HTTPException:
+    return HTTPException(status.HTTP_409_CONFLICT, str(exc))
+
+
+def _admit(db: Database, settings: Settings, key: ApiKey, body: schemas.SubmissionCreate) -> crud.Created:
     """Idempotent replay first (free), then queue quota, then rate limit, then insert."""
     with db.transaction(read_only=True) as session:
         existing = crud.find_idempotent(session, key.id, body.idempotency_key)
-        if existing is None:
-            pending = crud.unfinished_count(session, key.id)
-    try:
-        if existing is not None:
+        pending = crud.unfinished_count(session, key.id) if existing is None else 0
+    if existing is not None:
+        try:
             return crud.check_replay(existing, body)
-    except crud.IdempotencyConflict as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+        except crud.IdempotencyConflict as exc:
+            raise _conflict(exc) from None
     if pending >= settings.queue_quota:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
                             f"queue quota reached: {pending} unfinished submissions (JUDGE_QUEUE_QUOTA="
@@ -169,9 +80,10 @@ def _admit(db: Database, settings: SettingsDep, key, body: schemas.SubmissionCre
                             f"rate limit: {settings.rate_limit_per_minute:g} submissions per minute, bursts of "
                             f"{settings.rate_limit_burst}", headers={"Retry-After": str(int(wait))})
     try:
-        return crud.create_submission(db, key, body)
+        with db.transaction() as session:
+            return crud.create_submission(session, key, body)
     except crud.IdempotencyConflict as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+        raise _conflict(exc) from None
 
 
 def _status(db: Database, sub_id: str) -> PublicStatus:
@@ -184,7 +96,35 @@ def _not_found(sub_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {sub_id!r}")
 
 
-@router.get("/{submission_id}", response_model=schemas.SubmissionOut, summary="Status and verdict of a submission")
+@router.get("", response_model=schemas.SubmissionPage, summary="List your submissions",
+            responses=responses(401, 404, 422, 503))
+def list_submissions(
+    key: CurrentKey,
+    session: ReadSessionDep,
+    task: Annotated[str | None, Query(description="Only this task.")] = None,
+    status_: Annotated[PublicStatus | None, Query(alias="status", description="Only in this status.")] = None,
+    verdict: Annotated[Status | None, Query(description="Only with this verdict.")] = None,
+    model: Annotated[str | None, Query(description="Only from this model.")] = None,
+    tag: Annotated[str | None, Query(description="Only with this tag.")] = None,
+    batch: Annotated[str | None, Query(description="Only from this batch.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page (the id of its last "
+                                                    "submission); 404 if it is not one of yours.")] = None,
+) -> schemas.SubmissionPage:
+    """The submissions made under your submitter name (by any of your keys), newest first, one page at a time.
+    Pages follow a cursor, so new submissions arriving meanwhile neither repeat nor skip entries."""
+    filters = crud.SubmissionFilter(task=task, status=status_, verdict=verdict, model=model, tag=tag, batch=batch)
+    try:
+        items, after = crud.list_submissions(session, key.submitter, filters, limit, cursor)
+    except crud.UnknownCursor:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, {
+            "message": f"cursor {cursor!r} is not one of your submissions: pass the previous page's next_cursor",
+            "errors": [{"loc": ("query", "cursor"), "msg": "unknown cursor"}]}) from None
+    return schemas.SubmissionPage(items=items, next_cursor=after)
+
+
+@router.get("/{submission_id}", response_model=schemas.SubmissionOut, summary="Status and verdict of a submission",
+            responses=responses(404, 422, 503))
 def read_submission(submission_id: str, session: ReadSessionDep) -> schemas.SubmissionOut:
     """Status (`queued`, `compiling`, `running`, `done`), the time each stage began, the position in the queue
     while queued, and the full verdict once done. Anyone with the id may read it."""
@@ -192,6 +132,17 @@ def read_submission(submission_id: str, session: ReadSessionDep) -> schemas.Subm
     if view is None:
         raise _not_found(submission_id)
     return view
+
+
+@router.get("/{submission_id}/source", response_model=schemas.SubmissionSource,
+            summary="The source of one of your submissions", responses=responses(401, 404, 422, 503))
+def read_source(submission_id: str, key: CurrentKey, session: ReadSessionDep) -> schemas.SubmissionSource:
+    """Exactly what was submitted (for a raw LLM completion: the whole completion). Only its submitter may read
+    it: the verdict is public, the kernel is not. Another submitter's id answers 404, like a missing one."""
+    sub = crud.submission_source(session, submission_id)
+    if sub is None or sub.submitter != key.submitter:
+        raise _not_found(submission_id)
+    return schemas.SubmissionSource(id=sub.id, task=sub.task_id, source=sub.source, source_sha256=sub.source_sha256)
 
 
 def _sse(event: str, data: str) -> str:
@@ -202,7 +153,7 @@ def _sse(event: str, data: str) -> str:
     "/{submission_id}/events",
     summary="Server-sent events of a submission's status changes",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description":
+    responses={**responses(404, 422, 503), 200: {"content": {"text/event-stream": {}}, "description":
                      "`event: status` with the SubmissionOut JSON at every change; the last one has status `done` "
                      "and the verdict, then the stream ends."}},
 )
@@ -224,7 +175,8 @@ async def submission_events(submission_id: str, db: DatabaseDep, settings: Setti
             if key != last:
                 last, quiet = key, time.monotonic()
                 yield _sse("status", view.model_dump_json())
-            if view.status is PublicStatus.DONE or time.monotonic() > deadline or await request.is_disconnected():
+            finished = view.status in (PublicStatus.DONE, PublicStatus.CANCELLED)
+            if finished or time.monotonic() > deadline or await request.is_disconnected():
                 return
             if time.monotonic() - quiet > 15:
                 quiet = time.monotonic()

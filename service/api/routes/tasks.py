@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
 from reference import Task, all_tasks
 from service import crud
 from service.api import schemas
-from service.api.deps import DatabaseDep, TaskDep
+from service.api.deps import ReadSessionDep, TaskDep
+from service.api.errors import responses
 from service.prompts import generation_prompt
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
@@ -26,12 +26,12 @@ def list_tasks() -> list[schemas.TaskSummary]:
 
 
 @router.get("/{task_id}", response_model=schemas.TaskDetail, summary="One task: problem, shapes, tolerance, baselines",
-            responses={404: {"description": "Unknown task; the body lists the valid task ids."}})
-async def read_task(task: TaskDep, db: DatabaseDep) -> schemas.TaskDetail:
+            responses=responses(404, 422, 503))
+def read_task(task: TaskDep, session: ReadSessionDep) -> schemas.TaskDetail:
     """The exact KernelBench problem module, the shapes judged (official, CPU, extra), the tolerance and why,
     the forbidden operators, and per GPU model the latest measured baselines (PyTorch eager and torch.compile)
     and speed-of-light (the task's minimal bytes over the card's measured bandwidth)."""
-    baselines = await run_in_threadpool(crud.device_baselines, db, task.id.value)
+    baselines = crud.device_baselines(session, task.id.value)
     return schemas.TaskDetail(
         **_summary(task),
         problem_source=task.problem_source,
@@ -48,7 +48,7 @@ async def read_task(task: TaskDep, db: DatabaseDep) -> schemas.TaskDetail:
 
 
 @router.get("/{task_id}/prompt", response_class=PlainTextResponse, summary="A KernelBench-style generation prompt",
-            responses={200: {"content": {"text/plain": {}}}, 404: {"description": "Unknown task."}})
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **responses(404, 422)})
 def task_prompt(task: TaskDep) -> str:
     """The one-shot prompt KernelBench gives an LLM (instruction, an elementwise-add example, the problem),
     plus one paragraph on how this judge checks the answer."""

@@ -1,0 +1,99 @@
+"""Rules that bound what a candidate may claim about its own speed. Trusted; runs in the parent.
+
+The child measures each timed call, and the child is untrusted: a candidate can patch or bypass any
+clock inside it. Two rules keep a forged or impossible time from becoming a score:
+
+- `timing_bound`: what the parent sees itself. Each timed call is one round trip (`go` -> reply, see
+  sandbox/execute.py). A claim above the wall time of its own round trip is a lie outright. And the
+  kernel accounts, per thread, the CPU time the sandbox ran during the round trip (sandbox/cputime.py):
+  waiting for a CPU is not in it, so it does not grow on a saturated host, as a wall clock does. A
+  median claim well below the median of that, less what an empty call costs, is under-reported.
+- `speed_of_light`: both tasks are memory-bound, so no honest call is faster than the task's minimal
+  bytes over the device's measured bandwidth.
+
+Each returns a `Breach` (the rule broken and a diagnosis) or None.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+CLAIM_OVER_WINDOW_SLACK_MS = 0.05
+"""A claim may exceed its window by clock granularity only: host and child read the same CLOCK_MONOTONIC,
+and CUDA events sit inside the host's window; 50 us covers the event clock's offset from the host's."""
+
+MIN_CLAIM_FRACTION = 0.8
+"""The median claim must be at least this share of the parent's estimate of one call (`call_floor_ms`).
+Measured with scripts/measure_timing_bound.py on the 2-core CPU machine, honest C++ candidates (kl_div,
+cross_entropy, the log-then-reduce control), load average 9-17 with and without 3 more busy loops:
+claim / (run - empty) was 1.0-1.5 (the child's own clock also counts the time it waited for a CPU, the
+kernel's accounting does not), so 0.8 leaves room for an idle host's spread (claims vary by a few percent
+call to call); a median claim below 80% of the CPU work its calls did is caught."""
+RUN_NOISE_MS = 0.1
+"""How much more CPU a real call's round trip may take beyond its own work than an empty call's (the
+module call, pybind, a larger output path). Measured: the harness's share of a real call (run - claim,
+0.37-0.41 ms) and an empty call's run (0.38-0.51 ms) differed by at most 0.01 ms in the harness's
+disfavour; 0.1 ms is ten times that."""
+
+
+IMPLAUSIBLE_SOL_FRACTION = {"cuda": 1.15, "cpu": 1.5}
+"""A median faster than this multiple of speed-of-light is not a measurement of honest work.
+
+GPU: the best honest kernels reach 92-99% of speed-of-light against the measured read bandwidth on the
+H100 (docs/benchmarks.md: 3.00 TB/s measured; the HBM3 datasheet peak, 3.35 TB/s, is 1.12x that), so no
+kernel that reads its inputs once can pass 1.12x; 1.15 adds the bandwidth probe's run-to-run spread.
+CPU: the CPU shapes fit in the last-level cache, so an honest kernel can beat the DRAM probe; the honest
+CPU corpus measured at most 0.2 of it (scripts/measure_timing_bound.py), so 1.5 is a wide margin."""
+
+
+@dataclass(frozen=True)
+class Breach:
+    rule: str
+    diagnosis: str
+    details: dict
+
+
+def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float]) -> float:
+    """The parent's estimate of one call's work: the median CPU time of its round trips, less an empty call's.
+
+    On the CPU the call is the work the kernel accounts. On a GPU the host spins in the synchronisation
+    while the device works, so the accounted time is at most the call's (less if the host yields), and
+    the bound can only be looser there, never wrongly strict.
+    """
+    overhead = statistics.median(empty_runs_ms) if empty_runs_ms else 0.0
+    return max(statistics.median(runs_ms) - overhead - RUN_NOISE_MS, 0.0)
+
+
+def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[float],
+                 empty_runs_ms: list[float]) -> Breach | None:
+    """The child's claimed times against the parent's per-call wall windows and CPU times (module doc)."""
+    over = [(i, c, w) for i, (c, w) in enumerate(zip(claims_ms, windows_ms)) if c > w + CLAIM_OVER_WINDOW_SLACK_MS]
+    if over:
+        i, claim, window = over[0]
+        return Breach("timing", f"timed call {i} claims {claim:.4f} ms, but the judge's clock saw the whole round "
+                      f"trip take {window:.4f} ms: the child's clock was tampered with", {"calls_over": len(over)})
+    median = statistics.median(claims_ms)
+    floor = call_floor_ms(runs_ms, empty_runs_ms)
+    if median < MIN_CLAIM_FRACTION * floor:
+        return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge measured itself "
+                      f"(the kernel accounted at least {floor:.4f} ms of CPU work per call)",
+                      {"claim_median_ms": median, "floor_ms": floor})
+    return None
+
+
+def speed_of_light(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: float | None,
+                   device_type: str) -> Breach | None:
+    """A median below the memory floor (min_bytes / bandwidth), beyond the margin, is not a score."""
+    if not bandwidth_bytes_per_s:
+        return None
+    floor_ms = min_bytes / bandwidth_bytes_per_s * 1e3
+    fraction = floor_ms / median_ms if median_ms > 0 else float("inf")
+    limit = IMPLAUSIBLE_SOL_FRACTION["cuda" if device_type == "cuda" else "cpu"]
+    if fraction <= limit:
+        return None
+    return Breach("implausible_speed",
+                  f"the reported time ({median_ms:.4f} ms) is {fraction:.2f}x speed-of-light: reading the task's "
+                  f"{min_bytes} bytes once at the device's measured bandwidth takes {floor_ms:.4f} ms, so a kernel "
+                  "this fast did not read its inputs (the limit is {limit}x)".replace("{limit}", f"{limit:g}"),
+                  {"speed_of_light_fraction": fraction, "limit": limit, "floor_ms": floor_ms})

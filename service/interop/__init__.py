@@ -1,0 +1,1 @@
+"""Interoperability with other kernel-benchmark tooling (KernelBench run directories and eval results)."""

@@ -1,0 +1,1 @@
+"""Observability: worker statistics, Prometheus metrics at /metrics, structured (JSON) logs."""

@@ -1,0 +1,114 @@
+"""Page routes: `/`, `/leaderboard/{task}`, `/submissions/{id}` (and `/batches/{id}`, in service/web/batch.py).
+
+Routes stay thin: read through service.ranking and service.crud in the request's read-only session, then
+render a template. The pages use the same query parameters as the JSON routes, as plain GET forms.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+from reference import UnknownTask, all_tasks, get_task
+from service import crud, ranking
+from service.api.deps import ReadSessionDep
+from service.db.models import Submission
+from service.web import batch, plots
+from service.web.highlight import source_html
+from service.web.render import page
+
+STATIC = Path(__file__).resolve().parent / "static"
+PAGE_SIZE = 50
+"""Ranked entries per page and GPU model."""
+
+router = APIRouter(include_in_schema=False)
+router.include_router(batch.router)  # /batches/{id}
+
+
+def mount_static(app: FastAPI) -> None:
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+
+def not_found(request: Request, what: str) -> HTMLResponse:
+    return page(request, "not_found.html", status_code=404, what=what)
+
+
+@router.get("/", response_class=HTMLResponse)
+def home(request: Request, session: ReadSessionDep) -> HTMLResponse:
+    cache, version = ranking.cache_for(request.app.state), ranking.Cache.version(session)
+    tasks = [(task, ranking.cached(cache, session, ("summaries", task.id.value),
+                                   lambda t=task: ranking.summaries(session, t.id.value), version))
+             for task in all_tasks()]
+    return page(request, "index.html", tasks=tasks)
+
+
+@router.get("/leaderboard/{task_id}", response_class=HTMLResponse)
+def leaderboard(
+    request: Request,
+    task_id: str,
+    session: ReadSessionDep,
+    by: ranking.By = "submitter",
+    sort: ranking.Sort = "speedup_eager",
+    device: Annotated[str | None, Query(max_length=200)] = None,
+    extra_failures: bool = False,
+    page_no: Annotated[int, Query(alias="page", ge=1, le=100_000)] = 1,
+) -> HTMLResponse:
+    try:
+        task = get_task(task_id)
+    except UnknownTask:
+        return not_found(request, f"task {task_id!r}")
+    query = ranking.Query(task=task.id.value, by=by, sort=sort, device=device or None, extra_failures=extra_failures,
+                          offset=(page_no - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+    cache, version = ranking.cache_for(request.app.state), ranking.Cache.version(session)
+    board = ranking.leaderboard(session, query, cache, version)
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def device_figures(device: str) -> tuple:
+        return (plots.speedup_histogram(ranking.speedups(session, task.id.value, device)),
+                ranking.record_times(session, task.id.value, device))
+
+    figures = {}
+    for d in board.devices:
+        histogram, records = ranking.cached(cache, session, ("figures", task.id.value, d.device_name),
+                                            lambda name=d.device_name: device_figures(name), version)
+        figures[d.device_name] = (histogram, plots.best_over_time(records, now))
+    devices = ranking.cached(cache, session, ("devices", task.id.value),
+                             lambda: ranking.devices_seen(session, task.id.value), version)
+    # For the pagination links: the same filters, empty ones left out.
+    chosen = (("by", by), ("sort", sort), ("device", device), ("extra_failures", extra_failures and "true"))
+    params = {k: v for k, v in chosen if v}
+    return page(request, "leaderboard.html", task=task, board=board, query=query, page_no=page_no, params=params,
+                page_size=PAGE_SIZE, devices=devices, figures=figures,
+                tasks=all_tasks(), ranked_isolation=ranking.RANKED_ISOLATION)
+
+
+def _timing_plot(verdict) -> object:  # noqa: ANN001
+    perf = verdict.performance if verdict else None
+    if perf is None:
+        return None
+    rows = [("candidate", perf.candidate)] + sorted(perf.baselines.items())
+    return plots.timing_boxes([(name, s.min_ms, s.q25_ms, s.median_ms, s.q75_ms) for name, s in rows])
+
+
+@router.get("/submissions/{submission_id}", response_class=HTMLResponse)
+def submission(request: Request, submission_id: str,
+               session: ReadSessionDep) -> HTMLResponse:
+    view = crud.submission_view(session, submission_id) if len(submission_id) <= 64 else None
+    if view is None:
+        return not_found(request, f"submission {submission_id!r}")
+    source = session.get(Submission, submission_id).source
+    verdict = view.verdict
+    failed = next((t for t in verdict.trials if not t.passed), None) if verdict else None
+    return page(request, "submission.html", sub=view, verdict=verdict, failed_trial=failed,
+                source=source_html(source), source_lines=len(source.splitlines()),
+                timing=_timing_plot(verdict),
+                details=json.dumps(verdict.details, indent=2, sort_keys=True) if verdict and verdict.details else "",
+                sampling=json.dumps(view.sampling, sort_keys=True) if view.sampling else "",
+                ranked=ranking.is_ranked_isolation(verdict.environment.isolation)
+                if verdict and verdict.environment else False)

@@ -1,0 +1,24 @@
+// Live status of a submission page: follow /v1/submissions/{id}/events (server-sent events) and update the
+// status line; when the judging is done, reload so the server renders the verdict. Without JavaScript the
+// page's <noscript> meta refresh does the same job, more slowly.
+(function () {
+  "use strict";
+  var box = document.getElementById("status");
+  if (!box || box.dataset.status === "done" || box.dataset.status === "cancelled" || !window.EventSource) return;
+  var text = document.getElementById("status-text");
+  var stage = document.getElementById("status-stage");
+  var source = new EventSource(box.dataset.events);
+  source.addEventListener("status", function (event) {
+    var view = JSON.parse(event.data);
+    // textContent, never innerHTML: the values are shown as text whatever they contain.
+    text.textContent = view.status;
+    text.className = "state state-" + view.status;
+    stage.textContent = (view.stage !== view.status ? "(" + view.stage + ")" : "") +
+      (view.position !== null && view.position !== undefined ? " position " + view.position + " in the queue" : "");
+    box.dataset.status = view.status;
+    if (view.status === "done" || view.status === "cancelled") {
+      source.close();
+      window.location.reload();
+    }
+  });
+})();

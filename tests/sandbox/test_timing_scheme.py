@@ -1,0 +1,188 @@
+"""The timing scheme: fresh inputs per timed call, typed messages, and the bounds on what a child may claim.
+
+The rule tests run on numbers; the judging tests run the real judge (C++ builds, an isolated child,
+fp64 truth in this process), once with the host's CPUs saturated by busy processes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sandbox import Status, judge
+from sandbox import protocol as msg
+from sandbox.plausibility import (
+    IMPLAUSIBLE_SOL_FRACTION,
+    MIN_CLAIM_FRACTION,
+    RUN_NOISE_MS,
+    call_floor_ms,
+    speed_of_light,
+    timing_bound,
+)
+
+from .conftest import CORPUS, corpus_meta
+
+HERE = Path(__file__).resolve().parent
+CONTROL = CORPUS / "hostile" / "cpu" / "control_cpp_log_then_reduce.py"
+BUSY_PROCESSES = 3
+"""More busy loops than this machine's 2 cores (CI has 2): every process, the judge's included, waits its turn."""
+
+
+# --- messages at the boundary --------------------------------------------------------------------
+
+GO = {"op": "go", "ok": True, "dtype": "float32", "shape": [], "time_ms": 0.3, "event_ms": None, "host_ms": 0.3,
+      "hidden_work": False, "payload_sizes": [4]}
+
+
+def test_a_well_formed_reply_is_typed() -> None:
+    reply = msg.parse_reply(GO, msg.GoReply)
+    assert isinstance(reply, msg.GoReply) and reply.time_ms == 0.3 and reply.tampered == []
+
+
+@pytest.mark.parametrize("change", [
+    {"time_ms": "0.3"},                 # a string where a number belongs
+    {"time_ms": None},
+    {"shape": [-1]},
+    {"tampered": "x"},                  # a string where a list belongs
+    {"unexpected": 1},                  # a field no model declares
+    {"op": "trial"},                    # the answer to another command
+])
+def test_a_malformed_reply_is_a_protocol_error(change: dict) -> None:
+    with pytest.raises(msg.ProtocolError, match="malformed GoReply"):
+        msg.parse_reply({**GO, **change}, msg.GoReply)
+
+
+def test_a_failed_step_parses_as_a_plain_reply_with_its_error() -> None:
+    reply = msg.parse_reply({"op": "go", "ok": False, "error": {"type": "ValueError", "message": "boom"}}, msg.GoReply)
+    assert type(reply) is msg.Reply and reply.error is not None and reply.error.type == "ValueError"
+
+
+def test_commands_round_trip() -> None:
+    arm = msg.Arm(shape=[64, 512], distribution="official", seed=7)
+    assert msg.parse_command(json.loads(json.dumps(arm.model_dump()))) == arm
+    assert isinstance(msg.parse_command({"op": "go"}), msg.Go)
+
+
+# --- the rules, on numbers -----------------------------------------------------------------------
+
+EMPTY_RUNS = [0.38, 0.40, 0.41]
+"""CPU time of an empty call's round trip, as measured on the 2-core test machine (load average ~9)."""
+HARNESS_MS = 0.39
+
+
+def honest(claim: float, n: int = 100) -> tuple[list[float], list[float], list[float]]:
+    """(claims, windows, runs) of honest calls on a saturated host: the claims vary by a few percent, the
+    CPU time is the call plus the harness's part, the wall windows carry 10 ms of waiting for a CPU."""
+    claims = [claim * (1 + 0.02 * (i % 5)) for i in range(n)]
+    runs = [c + HARNESS_MS + 0.01 * (i % 3) for i, c in enumerate(claims)]
+    windows = [r + 10.0 for r in runs]
+    return claims, windows, runs
+
+
+@pytest.mark.parametrize("claim_ms", [0.05, 0.3, 0.7, 4.0])
+def test_honest_claims_on_a_saturated_host_pass(claim_ms: float) -> None:
+    assert timing_bound(*honest(claim_ms), EMPTY_RUNS) is None
+
+
+@pytest.mark.parametrize(("claim_ms", "factor"), [(0.3, 2.0), (0.7, 1.5), (4.0, 1.5)])
+def test_understated_claims_are_caught(claim_ms: float, factor: float) -> None:
+    """Calls of 0.7 ms and more understated by a third, a 0.3 ms call by half (RUN_NOISE_MS weighs there)."""
+    claims, windows, runs = honest(claim_ms)
+    breach = timing_bound([c / factor for c in claims], windows, runs, EMPTY_RUNS)
+    assert breach is not None and breach.rule == "timing" and "far below" in breach.diagnosis
+
+
+def test_the_understatement_the_rule_lets_through_is_what_its_constants_say() -> None:
+    """A median claim passes from MIN_CLAIM_FRACTION * floor up, and not below."""
+    _, windows, runs = honest(4.0)
+    floor = call_floor_ms(runs, EMPTY_RUNS)
+    assert floor == pytest.approx(statistics.median(runs) - statistics.median(EMPTY_RUNS) - RUN_NOISE_MS)
+    limit = MIN_CLAIM_FRACTION * floor
+    assert timing_bound([limit * 1.01] * 100, windows, runs, EMPTY_RUNS) is None
+    assert timing_bound([limit * 0.99] * 100, windows, runs, EMPTY_RUNS) is not None
+
+
+def test_a_claim_above_its_own_window_is_caught() -> None:
+    claims, windows, runs = honest(0.5)
+    claims[7] = windows[7] + 1.0
+    breach = timing_bound(claims, windows, runs, EMPTY_RUNS)
+    assert breach is not None and "timed call 7" in breach.diagnosis
+
+
+def test_speed_of_light() -> None:
+    floor_ms = 2.0  # 2e9 bytes at 1e12 B/s
+    assert speed_of_light(floor_ms / 0.99, 2_000_000_000, 1e12, "cuda") is None
+    assert speed_of_light(floor_ms / (IMPLAUSIBLE_SOL_FRACTION["cuda"] * 0.99), 2_000_000_000, 1e12, "cuda") is None
+    breach = speed_of_light(floor_ms / 3.4, 2_000_000_000, 1e12, "cuda")
+    assert breach is not None and breach.rule == "implausible_speed" and "3.40x" in breach.diagnosis
+    assert speed_of_light(0.001, 2_000_000_000, None, "cpu") is None  # no bandwidth measured: no rule
+
+
+# --- the real judge ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def saturated_cpus():
+    """BUSY_PROCESSES pure-Python busy loops, each bounded by `timeout` should this test die."""
+    procs = [subprocess.Popen(["timeout", "300", sys.executable, "-c", "while True: pass"])
+             for _ in range(BUSY_PROCESSES)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_honest_control_is_correct_while_the_cpus_are_saturated(judge_config, saturated_cpus) -> None:
+    """The control misjudged under load before (tamper_detected); with every CPU busy it must be correct,
+    and the details must say what the timing scheme did."""
+    verdict = judge("kl_div", CONTROL.read_text(), "cpu", config=judge_config)
+    assert verdict.status is Status.CORRECT, verdict.diagnosis
+    timing = verdict.details["timing"]
+    calls = timing["timed_calls"] + timing["warmup_calls"]
+    assert timing["scheme"] == "fresh seed per call" and sum(timing["distributions"].values()) == calls
+    assert set(timing["distributions"]) == {"planted"}, "every timed call is drawn from the shortcut-proof one"
+    # Every trial, timed call and extra shape had its own truth computed by the parent.
+    assert timing["truth_checks"] == len(verdict.trials) + calls
+    assert verdict.details["cost"]["truth_checks"] == timing["truth_checks"] + len(verdict.extra_shapes)
+    assert {"start", "calibration", "load", "correctness", "timing"} <= set(verdict.stages)
+
+
+def test_a_time_forged_on_the_result_channel_is_caught_by_the_judges_clock(judge_config) -> None:
+    path = HERE / "candidates" / "forged_go_reply.py"
+    meta = corpus_meta(path)
+    verdict = judge(meta["task"], path.read_text(), "cpu", config=judge_config)
+    assert verdict.status.value == meta["expect"], verdict.diagnosis
+    assert verdict.details.get("rule") == "timing" and "far below" in verdict.diagnosis, verdict.diagnosis
+
+
+def test_a_time_below_speed_of_light_is_not_a_score(judge_config, tmp_path) -> None:
+    """The honest control, judged against a device whose measured bandwidth is made 1000x lower: its real
+    time is then far below the memory floor, and that must end as implausible_speed, not a score."""
+    verdict = judge("kl_div", CONTROL.read_text(), "cpu", config=judge_config)
+    assert verdict.status is Status.CORRECT, verdict.diagnosis
+    cache = json.loads((judge_config.cache_root / "baselines.json").read_text())
+    for entry in cache.values():
+        entry["bandwidth_bytes_per_s"] /= 1000
+    slow = replace(judge_config, cache_root=tmp_path)
+    (tmp_path / "baselines.json").write_text(json.dumps(cache))
+    verdict = judge("kl_div", CONTROL.read_text(), "cpu", config=slow)
+    assert verdict.status is Status.TAMPER_DETECTED, verdict.diagnosis
+    assert verdict.details["rule"] == "implausible_speed", verdict.diagnosis
+    assert verdict.performance is None, "an implausible time must not reach a leaderboard"
+
+
+def test_work_hidden_in_the_making_of_inputs_is_tamper(judge_config) -> None:
+    """A hook that would run candidate code while the judge makes a timed call's inputs is refused."""
+    path = HERE / "candidates" / "precompute_while_inputs_are_made.py"
+    meta = corpus_meta(path)
+    verdict = judge(meta["task"], path.read_text(), "cpu", config=judge_config)
+    assert verdict.status.value == meta["expect"], verdict.diagnosis
+    assert re.search(meta["diagnosis"], verdict.diagnosis) and verdict.details.get("rule") == "integrity"

@@ -1,0 +1,105 @@
+"""The Python client against the real app: typed answers, the error tree, Retry-After honoured (bounded), the
+async twin; and the CLI with no server at all (exit code 3, one clear line, no traceback)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service.client import (
+    AsyncJudgeClient,
+    AuthError,
+    Busy,
+    InvalidRequest,
+    JudgeClient,
+    JudgeUnreachable,
+    NotFound,
+)
+from service.client.calls import RetryPolicy
+from service.core.config import Settings
+from service.main import create_app
+from tests.service.conftest import ROOT, free_port, new_key
+
+
+def _judge(test_client: TestClient, key: str | None = None, **kwargs: object) -> JudgeClient:
+    # The TestClient's transport runs the real app in-process: the client's own request and error code run.
+    return JudgeClient("http://testserver", key or "", transport=test_client._transport, **kwargs)
+
+
+def test_typed_answers_and_error_tree(client, db):
+    key = new_key(db, "frank")
+    with _judge(client, key) as judge:
+        tasks = {t.id: t for t in judge.tasks()}
+        assert tasks["kl_div"].kernelbench_id == "L1-98"
+        assert "ModelNew" in judge.prompt("kl_div")
+        accepted = judge.submit("kl_div", "import torch\nclass ModelNew(torch.nn.Module): pass\n", model="m")
+        view = judge.submission(accepted.id)
+        assert view.task == "kl_div" and view.model == "m" and view.status == "queued" and view.verdict is None
+        with pytest.raises(NotFound) as missing:
+            judge.submission("nope")
+        assert missing.value.status_code == 404 and "nope" in missing.value.message
+        with pytest.raises(NotFound) as unknown:
+            judge.submit("nope", "x")
+        assert "valid_task_ids" in str(unknown.value)  # the server's extra fields reach the message
+        with pytest.raises(InvalidRequest) as empty:
+            judge.submit("kl_div", "   ")
+        assert empty.value.status_code == 422 and "empty" in empty.value.message
+    with _judge(client, None) as anonymous, pytest.raises(AuthError) as denied:
+        anonymous.submit("kl_div", "x")
+    assert denied.value.status_code == 401 and "API key" in denied.value.message
+
+
+def test_429_is_retried_as_retry_after_says_then_raised(db_url, db):
+    settings = Settings(database_url=db_url, rate_limit_per_minute=1, rate_limit_burst=1)
+    key = new_key(db, "gina")
+    waits: list[float] = []
+    with TestClient(create_app(settings)) as test_client, \
+            _judge(test_client, key, retry=RetryPolicy(attempts=3, max_wait_s=5.0), sleep=waits.append) as judge:
+        judge.submit("kl_div", "print(1)\n")  # the burst of one
+        with pytest.raises(Busy) as busy:
+            judge.submit("kl_div", "print(2)\n")
+    # The server said Retry-After: 60 (one token a minute); the client waited twice, each time capped at 5 s.
+    assert busy.value.status_code == 429 and busy.value.retry_after == pytest.approx(60, abs=1)
+    assert waits == [5.0, 5.0]
+
+
+def test_async_client_against_the_app(settings, db):
+    key = new_key(db, "hana")
+
+    async def scenario() -> tuple:
+        app = create_app(settings)
+        transport = httpx.ASGITransport(app=app)
+        async with AsyncJudgeClient("http://testserver", key, transport=transport) as judge:
+            tasks = await judge.tasks()
+            accepted = await judge.submit("cross_entropy", "print(1)\n", sample_index=3)
+            view = await judge.submission(accepted.id)
+            try:
+                await judge.batch("nope")
+            except NotFound as exc:
+                missing = exc
+        return tasks, view, missing
+
+    tasks, view, missing = asyncio.run(scenario())
+    assert {t.id for t in tasks} == {"kl_div", "cross_entropy"}
+    assert view.sample_index == 3 and view.task == "cross_entropy"
+    assert missing.status_code == 404
+
+
+def test_no_server_means_exit_3_and_a_clear_line():
+    url = f"http://127.0.0.1:{free_port()}"  # bound, then released: nothing listens there
+    with pytest.raises(JudgeUnreachable):
+        JudgeClient(url).tasks()
+    for args in (["tasks"], ["status", "abc"], ["batch", str(ROOT / "README.md")]):
+        done = subprocess.run([sys.executable, "-m", "service.cli.main", *args, "--url", url], check=False,
+                              capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert done.returncode == 3, (args, done.stderr)
+        assert f"no judge at {url}" in done.stderr and "kernel-judge serve" in done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
+    usage = subprocess.run([sys.executable, "-m", "service.cli.main", "submit"], check=False, capture_output=True,
+                           text=True, cwd=ROOT, timeout=60)
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr

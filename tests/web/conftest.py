@@ -1,0 +1,129 @@
+"""Fixtures for the pages: judged submissions written straight into a database, a real API process per
+module, and one headless Chromium per module (Debian's, driven by Playwright; never downloaded).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from scripts.seed_demo import insert
+from service.db.migrate import upgrade
+from service.db.models import ApiKey, new_id
+from service.db.session import Database
+from tests.service.conftest import ADMIN_KEY, Proc, free_port, wait_for
+from tests.service.conftest import client, db, judge_dirs, settings, spawn, live_api  # noqa: F401 (fixtures reused)
+
+CHROMIUM = os.environ.get("JUDGE_TEST_CHROMIUM", "/usr/bin/chromium")
+T0 = dt.datetime(2026, 11, 20, 12, 0)
+
+
+def verdict(task: str, code: str, median: float | None, *, status: str = "correct", iqr: float = 0.002,
+            isolation: str = "bwrap", device: str = "NVIDIA H100 80GB HBM3", extra: tuple[int, int] = (3, 3),
+            eager: float = 3.9, compile_: float = 0.75, **fields: Any) -> dict:
+    """A verdict as the sandbox writes it (model_dump(mode="json")), timed when `median` is given."""
+    perf = None
+    if median is not None:
+        def stats(ms: float, half: float) -> dict:
+            return {"median_ms": ms, "q25_ms": ms - half, "q75_ms": ms + half, "min_ms": ms - half, "mean_ms": ms,
+                    "reps": 100, "ci95_ms": None}
+        perf = {"candidate": stats(median, iqr / 2), "baselines": {"eager": stats(eager, 0.001),
+                                                                  "compile": stats(compile_, 0.001)},
+                "speedups": {"eager": eager / median, "compile": compile_ / median}, "min_bytes": 2 << 30,
+                "bandwidth_bytes_per_s": 3e12, "speed_of_light_fraction": (2 << 30) / 3e12 * 1e3 / median,
+                "peak_memory_bytes": 1 << 20, "reference_peak_memory_bytes": 4 << 30}
+    shapes = [{"trial": i, "distribution": "official", "shape": [64, 100], "seed": i, "passed": i < extra[0]}
+              for i in range(extra[1])]
+    return {"status": status, "diagnosis": fields.pop("diagnosis", status), "task": task, "device": "cuda:0",
+            "source_sha256": hashlib.sha256(code.encode()).hexdigest(), "extra_shapes": shapes, "performance": perf,
+            "environment": {"device": "cuda:0", "device_name": device, "torch": "2.11.0", "python": "3.12",
+                            "isolation": isolation}, **fields}
+
+
+class Seeder:
+    """Writes judged submissions: `add(who, model, code, median, ...)` returns the submission id."""
+
+    def __init__(self, database: Database) -> None:
+        self.db, self.keys, self.n = database, {}, 0
+
+    def key(self, session, who: str) -> ApiKey:  # noqa: ANN001
+        if who not in self.keys:
+            key = ApiKey(id=new_id(), submitter=who, prefix="kj_test", key_hash=hashlib.sha256(
+                f"{who}{new_id()}".encode()).hexdigest())
+            session.add(key)
+            session.flush()
+            self.keys[who] = key
+        return session.merge(self.keys[who])
+
+    def add(self, who: str, model: str | None, code: str, median: float | None, task: str = "kl_div",
+            source: str | None = None, tags: list | None = None, batch: object = None, **kw: Any) -> str:
+        self.n += 1
+        with self.db.transaction() as session:
+            key = self.key(session, who)
+            return insert(session, key, task, source or code, verdict(task, code, median, **kw),
+                          T0 + dt.timedelta(minutes=self.n), model, tags,
+                          session.get(type(batch), batch.id) if batch is not None else None)
+
+
+@pytest.fixture
+def seeder(request: pytest.FixtureRequest) -> Seeder:
+    return Seeder(request.getfixturevalue("db"))  # the service fixture: this test's SQLite or PostgreSQL
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Seeder]]:
+    """A real API process (uvicorn) on a fresh SQLite database, and a seeder writing into that database."""
+    root = tmp_path_factory.mktemp("site")
+    url = f"sqlite:///{root / 'judge.db'}"
+    upgrade(url)
+    database = Database(url)
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": url, "JUDGE_ADMIN_KEY": ADMIN_KEY, "JUDGE_SSE_POLL_S": "0.05"}
+    proc = Proc([sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--host", "127.0.0.1",
+                 "--port", str(port)], env, root / "api.log")
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.popen.poll() is None, proc.output()
+        try:
+            return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(up, 60, "the API to answer /readyz")
+        yield base, Seeder(database)
+    finally:
+        proc.close()
+        database.dispose()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (Debian's; Playwright never downloads one)")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:  # noqa: ANN001
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    dialogs: list[str] = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    pg.dialogs = dialogs  # what an injected alert() would have shown: tests assert it stays empty
+    yield pg
+    context.close()

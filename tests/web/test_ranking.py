@@ -1,0 +1,68 @@
+"""The ranking rules (service/ranking.py) through GET /v1/leaderboard/{task}, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from service.ranking import tie_ranks
+
+
+def board(client, **params: object) -> dict:  # noqa: ANN001
+    response = client.get("/v1/leaderboard/kl_div", params=params)
+    assert response.status_code == 200, response.text
+    (device,) = response.json()["devices"]
+    return device
+
+
+def test_the_same_code_under_three_model_names_is_one_entry(client, seeder):
+    first = seeder.add("ann", "model-a", "KERNEL A", 1.000)
+    seeder.add("bob", "model-b", "KERNEL A", 0.990)  # same code, luckier timing: still ann's first verdict
+    seeder.add("cat", "model-c", "KERNEL A", 0.980)
+    other = seeder.add("dan", "model-d", "KERNEL B", 1.200, iqr=0.001)
+    for by in ("model", "submitter", "source"):
+        entries = board(client, by=by)["entries"]
+        assert [e["submission_id"] for e in entries] == [first, other], by
+        assert entries[0]["copies"] == 3 and entries[0]["median_ms"] == 1.0
+        assert [e["rank_label"] for e in entries] == ["1", "2"]
+
+
+def test_overlapping_intervals_share_a_rank(client, seeder):
+    a = seeder.add("ann", "m", "A", 1.000, iqr=0.010)   # 0.995-1.005
+    b = seeder.add("bob", "m", "B", 1.004, iqr=0.010)   # 0.999-1.009 overlaps a
+    c = seeder.add("cat", "m", "C", 1.100, iqr=0.010)   # clear of both
+    d = seeder.add("dan", "m", "D", 1.103, iqr=0.010)   # overlaps c
+    entries = board(client, sort="median_ms")["entries"]
+    assert [(e["submission_id"], e["rank_label"], e["tied"]) for e in entries] == [
+        (a, "=1", True), (b, "=1", True), (c, "=3", True), (d, "=3", True)]
+    assert [e["rank_label"] for e in board(client)["entries"]] == ["=1", "=1", "=3", "=3"]  # same in speedup
+
+
+def test_weaker_isolation_is_listed_apart_and_extra_shape_failures_on_request(client, seeder):
+    ranked = seeder.add("ann", "m", "A", 1.0)
+    weak = seeder.add("bob", "m", "B", 0.5, isolation="unshare")
+    partial = seeder.add("cat", "m", "C", 0.8, extra=(2, 3))
+    seeder.add("dan", "m", "D", 0.4, status="incorrect")
+    device = board(client)
+    assert [e["submission_id"] for e in device["entries"]] == [ranked]
+    assert [(e["submission_id"], e["rank"], e["isolation"]) for e in device["unranked"]] == [(weak, None, "unshare")]
+    with_partial = board(client, extra_failures="true")["entries"]
+    assert [(e["submission_id"], e["extra_passed"], e["extra_total"]) for e in with_partial] == [
+        (partial, 2, 3), (ranked, 3, 3)]
+
+
+def test_pagination_counts_every_entry_and_ranks_stay_global(client, seeder):
+    ids = [seeder.add(f"user{i}", "m", f"code {i}", 1.0 + i * 0.1, iqr=0.001) for i in range(5)]
+    second_page = board(client, offset=2, limit=2)
+    assert second_page["total"] == 5
+    assert [(e["submission_id"], e["rank"]) for e in second_page["entries"]] == [(ids[2], 3), (ids[3], 4)]
+    assert client.get("/v1/leaderboard/kl_div", params={"limit": 0}).status_code == 422
+    assert client.get("/v1/leaderboard/kl_div", params={"by": "<script>"}).status_code == 422
+
+
+def test_tie_groups_compare_with_the_head_not_the_neighbour():
+    class Row:
+        def __init__(self, median: float, half: float) -> None:
+            self.median_ms, self.q25_ms, self.q75_ms = median, median - half, median + half
+            self.speedup_eager = 1 / median
+
+    # 1.00 +-0.02 overlaps 1.03 +-0.02 (rank =1); 1.06 overlaps 1.03 but not the head 1.00: it starts rank 3.
+    rows = [Row(1.00, 0.02), Row(1.03, 0.02), Row(1.06, 0.02)]
+    assert tie_ranks(rows, "median_ms") == [(1, True), (1, True), (3, False)]
