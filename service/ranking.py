@@ -44,7 +44,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, not_, or_, select
 from sqlalchemy.orm import Session
 
-from sandbox.verdict import Status, Verdict
+from sandbox.verdict import Status
+from service import crud
+from service.crud import aware
+from service.api.schemas import DeviceBaseline
 from service.db.models import Submission, VerdictRow
 
 By = Literal["submitter", "model", "source"]
@@ -58,11 +61,6 @@ SORTS: dict[str, bool] = {"speedup_eager": True, "speedup_compile": True, "speed
 
 UNRANKED_LIMIT = 50
 """Most weaker-isolation entries listed per GPU model."""
-
-
-def aware(value: dt.datetime | None) -> dt.datetime | None:
-    """Stored times are naive UTC; the API says so."""
-    return value.replace(tzinfo=dt.timezone.utc) if value is not None else None
 
 
 def is_ranked_isolation(isolation: str | None) -> bool:
@@ -296,17 +294,6 @@ def leaderboard(session: Session, q: Query, cache: Cache | None = None, version:
 
 # --- what the pages add: summaries, baselines, plot data ----------------------------------------
 
-class DeviceBaseline(BaseModel):
-    """What was last measured on one GPU model (from the newest verdict that timed there)."""
-
-    device_name: str
-    baselines_ms: dict[str, float]
-    bandwidth_bytes_per_s: float | None
-    min_bytes: int
-    speed_of_light_ms: float | None
-    measured_at: dt.datetime
-
-
 class DeviceSummary(BaseModel):
     device_name: str
     correct: int = Field(description="Correct verdicts on this GPU model (all isolation mechanisms).")
@@ -316,23 +303,8 @@ class DeviceSummary(BaseModel):
 
 
 def baselines(session: Session, task: str) -> dict[str, DeviceBaseline]:
-    """Per GPU model, the baselines and bandwidth of the newest verdict that measured them."""
-    newest = (select(VerdictRow.device_name, func.max(VerdictRow.id).label("id"))
-              .where(VerdictRow.task_id == task, VerdictRow.median_ms.is_not(None),
-                     VerdictRow.device_name.is_not(None))
-              .group_by(VerdictRow.device_name).subquery())
-    out = {}
-    for row in session.scalars(select(VerdictRow).join(newest, newest.c.id == VerdictRow.id)):
-        perf = Verdict.model_validate(row.verdict).performance
-        if perf is None:
-            continue
-        bandwidth = perf.bandwidth_bytes_per_s
-        out[row.device_name] = DeviceBaseline(
-            device_name=row.device_name, baselines_ms={name: s.median_ms for name, s in perf.baselines.items()},
-            bandwidth_bytes_per_s=bandwidth, min_bytes=perf.min_bytes,
-            speed_of_light_ms=perf.min_bytes / bandwidth * 1e3 if bandwidth else None,
-            measured_at=aware(row.created_at))
-    return out
+    """Per GPU model, the baselines and bandwidth of the newest verdict that measured them (as GET /v1/tasks)."""
+    return {b.device_name: b for b in crud.device_baselines(session, task)}
 
 
 def summaries(session: Session, task: str) -> list[DeviceSummary]:

@@ -151,6 +151,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_api(proc: Proc, base: str) -> None:
+    """Wait until the API process at `base` answers /readyz (failing at once if it died)."""
+
+    def up() -> bool:
+        assert proc.popen.poll() is None, proc.output()
+        try:
+            return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, 60, "the API to answer /readyz")
+
+
 @pytest.fixture
 def live_api(spawn: Callable[..., Proc]) -> Callable[[], tuple[Proc, str]]:
     """Start (or restart) a real uvicorn API process; returns it and its base URL once it answers."""
@@ -159,15 +172,7 @@ def live_api(spawn: Callable[..., Proc]) -> Callable[[], tuple[Proc, str]]:
     def start() -> tuple[Proc, str]:
         proc = spawn("api", PORT=port)
         base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            assert proc.popen.poll() is None, proc.output()
-            try:
-                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(up, 60, "the API to answer /readyz")
+        wait_api(proc, base)
         return proc, base
 
     return start

@@ -54,6 +54,7 @@ from tests.service.conftest import (
     Proc,
     free_port,
     new_key,
+    wait_api,
     wait_for,
 )
 
@@ -148,17 +149,6 @@ def procs(pg: ThrowawayPostgres, judge_dirs: dict[str, str], tmp_path: Path) -> 
     yield start
     for proc in started:
         proc.close()
-
-
-def wait_api(proc: Proc, base: str) -> None:
-    def up() -> bool:
-        assert proc.popen.poll() is None, proc.output()
-        try:
-            return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(up, 60, "the API to answer /readyz")
 
 
 def children(pid: int) -> set[int]:

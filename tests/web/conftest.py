@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from scripts.seed_demo import insert
 from service.db.migrate import upgrade
 from service.db.models import ApiKey, new_id
 from service.db.session import Database
-from tests.service.conftest import ADMIN_KEY, Proc, free_port, wait_for
+from tests.service.conftest import ADMIN_KEY, Proc, free_port, wait_api
 from tests.service.conftest import client, db, judge_dirs, settings, spawn, live_api  # noqa: F401 (fixtures reused)
 
 CHROMIUM = os.environ.get("JUDGE_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -90,16 +89,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Seeder
     proc = Proc([sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--host", "127.0.0.1",
                  "--port", str(port)], env, root / "api.log")
     base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.popen.poll() is None, proc.output()
-        try:
-            return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
     try:
-        wait_for(up, 60, "the API to answer /readyz")
+        wait_api(proc, base)
         yield base, Seeder(database)
     finally:
         proc.close()
