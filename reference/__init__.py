@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference.task import OFFICIAL, Shape, Task, TaskId, Tolerance
+from reference.task import OFFICIAL, Shape, Task, TaskId, Tolerance, Training
 
 
 class UnknownTask(KeyError):
@@ -14,9 +14,9 @@ class UnknownTask(KeyError):
 
 def all_tasks() -> list[Task]:
     """Every task, in TaskId order. Task modules are imported on first use (they read their problem files)."""
-    from reference import cross_entropy, kl_div
+    from reference import cross_entropy, kl_div, training
 
-    return [kl_div.TASK, cross_entropy.TASK]
+    return [kl_div.TASK, cross_entropy.TASK, training.KL_DIV_TRAIN, training.CROSS_ENTROPY_TRAIN]
 
 
 def get_task(task_id: str | TaskId) -> Task:
@@ -29,4 +29,4 @@ def get_task(task_id: str | TaskId) -> Task:
     raise UnknownTask(f"unknown task {value!r}; valid task ids: {valid}")
 
 
-__all__ = ["OFFICIAL", "Shape", "Task", "TaskId", "Tolerance", "UnknownTask", "all_tasks", "get_task"]
+__all__ = ["OFFICIAL", "Shape", "Task", "TaskId", "Tolerance", "Training", "UnknownTask", "all_tasks", "get_task"]

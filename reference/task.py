@@ -19,6 +19,8 @@ class TaskId(str, enum.Enum):
 
     KL_DIV = "kl_div"
     CROSS_ENTROPY = "cross_entropy"
+    KL_DIV_TRAIN = "kl_div_train"
+    CROSS_ENTROPY_TRAIN = "cross_entropy_train"
 
 
 OFFICIAL = "official"
@@ -35,6 +37,33 @@ class Tolerance:
     atol: float
     rtol: float
     why: str
+
+
+@dataclass(frozen=True)
+class Training:
+    """What makes a task the training variant of a forward task (reference/training.py builds them).
+
+    The candidate's `ModelNew` returns the loss, as in the forward task; the judge then calls
+    `loss.backward(scale)` and reads the gradient with respect to input `grad_input` (predictions), which
+    must come from the candidate's own code. `scale` (the incoming gradient, as under AMP loss scaling)
+    comes from each call's seed (`grad_output_scale`), so a backward that ignores it is wrong.
+    """
+
+    forward_task: TaskId
+    grad_input: int
+    """Index of the input that requires grad (0: predictions)."""
+    gradient_truth: Callable[[list[torch.Tensor], int, int], torch.Tensor]
+    """(inputs, start, stop) -> fp64 d loss / d inputs[grad_input] for rows start:stop (the caller chunks)."""
+    gradient_tolerance: Tolerance
+    """Applied elementwise to batch * gradient / scale (per-row units: see reference/training.py):
+    |y - t| <= atol + rtol * m, with m from `gradient_magnitude`."""
+    gradient_magnitude: Callable[[list[torch.Tensor], int, int, torch.Tensor], torch.Tensor]
+    """(inputs, start, stop, truth rows in per-row units) -> the magnitude rtol applies to, elementwise: |truth|,
+    or more where an honest fp32 gradient is a difference of larger terms (cross_entropy's softmax - 1)."""
+    forward_min_bytes: Callable[[Shape], int]
+    """Bytes a perfect forward alone moves: the forward task's speed-of-light numerator."""
+    statement: str
+    """What the candidate must do beyond the forward task, in words an LLM is shown with the problem."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +111,9 @@ class Task:
     knowing the name does not say where they are, and skipping any fixed fraction fails
     (tests/reference/test_planted.py). An honest memory-bound kernel moves the same bytes whatever the
     values, so its time is the one it has on the official inputs, comparable with KernelBench's."""
+
+    training: Training | None = None
+    """Set for the training variants (forward + backward): how the gradient is checked. None: forward only."""
 
     def timed_distributions(self) -> tuple[str, ...]:
         """`timing_distributions`, or every distribution when the task leaves it empty."""

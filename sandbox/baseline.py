@@ -62,7 +62,7 @@ def measure_bandwidth(device: torch.device, reps: int = 20) -> float:
     clock.calibrate()
 
     def median_ms(fn: Callable[[], object]) -> float:
-        times = timing.time_calls(clock, fn, reps=reps, warmup=3)
+        times = timing.time_calls(clock, fn, reps=reps, warmup=3, batch=timing.MAX_BATCH)
         return sorted(times.times_ms)[len(times.times_ms) // 2]
 
     copy = 2 * n * 4 / (median_ms(lambda: dst.copy_(src)) / 1e3)
@@ -74,6 +74,10 @@ def measure(task_id: str, device_str: str, shape: tuple[int, ...], names: tuple[
     torch.set_num_threads(config.child_threads)
     device = torch.device(device_str)
     task = get_task(task_id)
+    if task.training is not None:  # the step (forward + backward), the forward alone, Liger (sandbox/training.py)
+        from sandbox.training import measure_baselines
+
+        return measure_baselines(task, device, shape, names, config)
     inputs = task.make_inputs(shape, task.distributions[0], 1234, device)
     model = task.model_cls().to(device)
     clock = timing.DeviceClock(device)
@@ -87,7 +91,9 @@ def measure(task_id: str, device_str: str, shape: tuple[int, ...], names: tuple[
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        times = timing.time_calls(clock, lambda: fn(*inputs), reps=reps, warmup=warmup)
+        # Batched as the candidate's calls are (sandbox/execute.py), so both are timed alike.
+        batch = timing.batch_size(device, task.min_bytes(shape))
+        times = timing.time_calls(clock, lambda: fn(*inputs), reps=reps, warmup=warmup, batch=batch)
         result["baselines"][name] = timing.summarize(times.times_ms)
         if name == "eager" and device.type == "cuda":
             result["reference_peak_memory_bytes"] = torch.cuda.max_memory_allocated(device) - base

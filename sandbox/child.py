@@ -128,10 +128,11 @@ class Integrity:
 _MISSING = object()
 
 
-def harness_operators(task: Any, device: torch.device) -> set[str]:
+def harness_operators(task: Any, device: torch.device, also: Callable[[], object] | None = None) -> set[str]:
     """The ATen operators the harness runs outside the candidate's call: making every distribution's inputs,
-    fingerprinting them, copying an output out. Recorded by running them once, before the import, below
-    autograd (a dispatch mode) and above it (a function mode, for composite operators such as softmax)."""
+    fingerprinting them, copying an output out (and whatever `also` runs: the training checks). Recorded by
+    running them once, before the import, below autograd (a dispatch mode) and above it (a function mode,
+    for composite operators such as softmax)."""
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -154,6 +155,8 @@ def harness_operators(task: Any, device: torch.device) -> set[str]:
             inputs = task.make_inputs(shape, distribution, 0, device)
             _compare.fingerprint(inputs)
             inputs[0].sum().detach().clone().cpu().contiguous()
+        if also is not None:
+            also()
     known = set()
     for op in seen:
         try:
@@ -290,7 +293,8 @@ class Child:
         self.armed: tuple[Any, list[torch.Tensor]] | None = None
         self.base_memory = 0
         self.extension_modules: set[str] = set()
-        self.kernel_names = self._declared_kernels()
+        self.kernel_names: set[str] = set()
+        """Read at `load`: a pre-started child (sandbox/warm.py) exists before the candidate's file does."""
         self.tripwires = Tripwires(self.task.forbidden_aten_ops)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -328,6 +332,7 @@ class Child:
         _protocol.send(self.res_fd, header, payloads)
 
     def load(self, cmd: _protocol.Load) -> dict[str, Any]:
+        self.kernel_names = self._declared_kernels()
         spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, self.source_path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[CANDIDATE_MODULE] = module
@@ -359,8 +364,9 @@ class Child:
         if type(out) is not torch.Tensor:
             raise OutputRejected(f"forward returned {type(out).__module__}.{type(out).__qualname__}, "
                             "not a plain torch.Tensor")
-        if out.device != inputs[0].device:
-            raise OutputRejected(f"forward returned a tensor on {out.device}, inputs are on {inputs[0].device}")
+        where = inputs[0].device if inputs else self.device
+        if out.device != where:
+            raise OutputRejected(f"forward returned a tensor on {out.device}, inputs are on {where}")
         lo, hi = _storage_span(out)
         for i, tensor in enumerate(inputs):
             in_lo, in_hi = _storage_span(tensor)
@@ -410,40 +416,53 @@ class Child:
     # parent's timing window), `go` (the call alone, answered at once), `inspect` (inputs fingerprinted
     # again, integrity checks). The parent's clock runs from sending `go` to reading its reply.
     def arm(self, cmd: _protocol.Arm) -> dict[str, Any]:
-        inputs = self._inputs(cmd)
-        before = _compare.fingerprint(inputs)
+        calls = cmd.calls()
         if cmd.null:
-            def model(*args: torch.Tensor) -> torch.Tensor:  # the empty call
+            def model(*args: torch.Tensor) -> torch.Tensor:  # the empty call: no inputs, no work
                 return torch.zeros((), device=self.device)
+            sets: list[list[torch.Tensor]] = [[] for _ in calls]
         else:
             if self.model is None:
                 raise RuntimeError("arm before load")
             model = self.model
+            shape = tuple(cmd.shape)
+            sets = [self.task.make_inputs(shape, c.distribution, c.seed, self.device) for c in calls]
+        before = [_compare.fingerprint(inputs) for inputs in sets]
         if self.device.type == "cpu":
             self.clock.flush()  # here, outside the parent's window; on a GPU `go` queues it before the call
         self.clock.synchronize()
         if self.device.type == "cuda":
             self.base_memory = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.armed = (model, inputs)
-        return {"before": before}
+        self.armed = (model, sets)
+        return {"before": before[0], "before_all": before}
 
     def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
         if self.armed is None:
             raise RuntimeError("go without arm")
-        model, inputs = self.armed
-        call = _timing.time_one_call(self.clock, lambda: model(*inputs), cpu_flushed=True)
-        meta, payload = self._output_payload(call.result, inputs)
-        meta.update(time_ms=call.time_ms, event_ms=call.event_ms, host_ms=call.host_ms, hidden_work=call.hidden_work)
-        return meta, [payload]
+        model, sets = self.armed
+        # Plain closures, made by the interpreter: nothing the candidate could have patched runs between
+        # here and the clock (a patched functools.partial could do a call's work before it is timed).
+        batch = _timing.time_batch(self.clock, [(lambda inputs=inputs: model(*inputs)) for inputs in sets],
+                                   cpu_flushed=True)
+        everything = [t for inputs in sets for t in inputs]
+        payloads, meta = [], {}
+        for out in batch.results:
+            meta, payload = self._output_payload(out, everything)
+            payloads.append(payload)
+        meta.update(time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
+                    event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
+                    hidden_work=batch.hidden_work)
+        return meta, payloads
 
     def inspect(self, cmd: _protocol.Inspect) -> dict[str, Any]:
         if self.armed is None:
             raise RuntimeError("inspect without arm")
-        _, inputs = self.armed
+        _, sets = self.armed
         self.armed = None
         peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory) if self.device.type == "cuda" else None
-        return {"after": _compare.fingerprint(inputs), "peak_memory_bytes": peak}
+        after = [_compare.fingerprint(inputs) for inputs in sets]
+        return {"after": after[0], "after_all": after, "peak_memory_bytes": peak}
 
     def calibrate(self, cmd: _protocol.Calibrate) -> dict[str, Any]:
         """Before the candidate exists: measure the clocks' overhead."""
@@ -453,6 +472,8 @@ class Child:
 def serve(child: Child, cmd_fd: int) -> None:
     handlers = {"calibrate": child.calibrate, "load": child.load, "trial": child.trial, "estimate": child.estimate,
                 "arm": child.arm, "go": child.go, "inspect": child.inspect}
+    if hasattr(child, "grad_check"):  # training tasks (sandbox/training.py)
+        handlers["grad_check"] = child.grad_check
     while True:
         header, _ = _protocol.receive(cmd_fd)
         cmd = _protocol.parse_command(header)
@@ -480,6 +501,10 @@ def serve(child: Child, cmd_fd: int) -> None:
 def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
+    if os.environ.get("JUDGE_BUILD_ACCEL"):  # the judge's read-only precompiled header (sandbox/build_hooks.py)
+        from sandbox import build_hooks
+
+        build_hooks.install(os.environ["JUDGE_BUILD_ACCEL"])
     tripwires = Tripwires(task.forbidden_aten_ops)
     started = time.monotonic()
     try:
@@ -500,8 +525,10 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sandbox.child")
     parser.add_argument("mode", choices=["compile", "execute"])
-    parser.add_argument("--task", required=True)
+    parser.add_argument("--task", default="")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--pre-started", action="store_true",
+                        help="say `started`, then wait for `begin` (which names the task) before touching the device")
     parser.add_argument("--source", required=True)
     parser.add_argument("--cmd-fd", type=int, required=True)
     parser.add_argument("--res-fd", type=int, required=True)
@@ -510,7 +537,21 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "compile":
         compile_only(args.task, args.source, args.res_fd)
         return
-    child = Child(args.task, args.device, args.source, args.res_fd)
+    task_id = args.task
+    if args.pre_started:
+        # A spare (sandbox/warm.py): everything above is CPU work. The device is first touched below, once the
+        # judge says no candidate is being timed on it; the candidate's files arrive later still, before `load`.
+        _protocol.send(args.res_fd, {"op": "started", "ok": True})
+        begin = _protocol.parse_command(_protocol.receive(args.cmd_fd)[0])
+        if not isinstance(begin, _protocol.Begin):
+            return  # `exit` (the spare was retired), or anything else: nothing to serve
+        task_id = begin.task
+    child_cls: type[Child] = Child
+    if get_task(task_id).training is not None:
+        from sandbox.training_child import TrainingChild  # imported before the candidate, like this module
+
+        child_cls = TrainingChild
+    child = child_cls(task_id, args.device, args.source, args.res_fd)
     _protocol.send(args.res_fd, {"op": "ready", "ok": True})
     serve(child, args.cmd_fd)
 

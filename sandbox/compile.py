@@ -3,7 +3,8 @@
 The build runs inside the isolated child (`python -m sandbox.child compile`): importing the candidate is
 what triggers `load_inline`, and that import is candidate code. The parent only chooses the directory,
 holds a lock so concurrent identical submissions build once, enforces the time limit, and turns the
-compiler's output into a diagnosis that leads with the error lines.
+compiler's output into a diagnosis that leads with the error lines. It also offers the build the judge's
+shared precompiled torch/extension.h (`accelerators`, sandbox/build_accel.py), read-only.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
+
+if TYPE_CHECKING:
+    from sandbox.config import JudgeConfig
 
 SOURCE_FILE = "candidate.py"
 RESULT_FILE = "compile.json"
@@ -36,7 +40,8 @@ _ERROR_LINE = re.compile(
 
 
 @functools.cache
-def _tool_version(argv: tuple[str, ...]) -> str:
+def tool_version(argv: tuple[str, ...]) -> str:
+    """The last line a tool prints about its version ("absent" when it does not run): cached per process."""
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
     except (OSError, subprocess.SubprocessError):
@@ -59,13 +64,33 @@ def toolchain(target: str) -> str:
     parts = [
         f"python {platform.python_version()}",
         f"torch {torch.__version__}",
-        f"g++ {_tool_version(('g++', '-dumpfullversion'))}",
+        f"g++ {tool_version(('g++', '-dumpfullversion'))}",
         f"target {target}",
     ]
     if target == "cuda":
-        parts += [f"cuda {torch.version.cuda}", f"nvcc {_tool_version(('nvcc', '--version'))}",
+        parts += [f"cuda {torch.version.cuda}", f"nvcc {tool_version(('nvcc', '--version'))}",
                   f"arch {cuda_arch_list()}"]
     return "; ".join(parts)
+
+
+def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[str, str], dict[Path, str]]:
+    """(environment, read-only binds) that offer a build child the shared precompiled headers.
+
+    Builds the variants the source will probably need first, once per host (see sandbox/build_accel.py).
+    Nothing here can fail a build: without a usable PCH the child compiles as torch would on its own."""
+    if not config.precompiled_headers:
+        return {}, {}
+    from sandbox import build_accel, isolation
+
+    try:
+        root = build_accel.prepare(config.cache_root, target, source)
+    except OSError:  # a full or read-only cache disk: build without
+        return {}, {}
+    if root is None:
+        return {}, {}
+    mechanism = isolation.available_mechanism(config.isolation)
+    binds = {root: build_accel.CHILD_MOUNT} if mechanism == "bwrap" else {}
+    return {"JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism)}, binds
 
 
 def build_key(source: str, chain: str) -> str:

@@ -52,6 +52,9 @@ class JudgeConfig:
     baselines: tuple[str, ...] = ("eager", "compile")
     compile_jobs: int = int(os.environ.get("JUDGE_COMPILE_JOBS", "2"))
     """ninja's parallelism inside one build (MAX_JOBS); the service runs several builds at once."""
+    precompiled_headers: bool = os.environ.get("JUDGE_PRECOMPILED_HEADERS", "1") != "0"
+    """Offer builds a precompiled torch/extension.h (sandbox/build_accel.py): ~3x less g++ time for main.cpp,
+    same object code. Built once per host under cache_root, on first need."""
     child_threads: int = int(os.environ.get("JUDGE_CHILD_THREADS", "1"))
     """CPU threads for torch in the child and for the CPU baselines, so both are timed alike."""
     check_extra_shapes: bool = True

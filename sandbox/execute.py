@@ -6,11 +6,12 @@ Until `candidate_loaded` is set, no candidate code has run, so a failure of the 
 (system_error, retried); from then on it is the candidate's.
 
 Timing (the heart of the integrity scheme, see docs/threat-model.md): every timed call gets inputs from
-its own seed, drawn here with `secrets` and sent to the child only when that call is armed, from a
-distribution drawn at random for that call. The parent computes fp64 truth and input fingerprints for
-the seed while the child generates the inputs (never while a call is timed), checks every timed output,
-and bounds what the child claims for each call with what it can see itself: the wall time of the call's
-round trip, and the CPU time the kernel accounted to the sandbox during it (sandbox/plausibility.py).
+its own seed, drawn here with `secrets` and sent to the child only when its batch is armed, from a
+distribution drawn at random for that call. A batch of such calls runs back to back (sandbox/timing.py);
+its claim is its calls' mean. The parent computes fp64 truth and input fingerprints for every seed while
+the child generates the inputs (never while a batch is timed), checks every timed output, and bounds what
+the child claims with what it can see itself: the wall time of the batch's round trip, and the CPU time
+the kernel accounted to the sandbox during it (sandbox/plausibility.py).
 """
 
 from __future__ import annotations
@@ -35,19 +36,28 @@ from sandbox.compare import compare, dtype_name, fingerprint, tensor_from_bytes
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
 from sandbox.supervisor import ChildFailure, ChildResult, ChildSession
-from sandbox.timing import plan_reps, summarize
+from sandbox.timing import batch_size, plan_reps, summarize
 from sandbox.verdict import Performance, Status, TimingStats, TrialResult, Verdict
 
 if TYPE_CHECKING:
     from sandbox.pipeline import PreparedCandidate
+    from sandbox.warm import WarmChild
 
 READY_TIMEOUT_S = 180.0
 """Starting the child: Python, torch and (on a GPU) a CUDA context; seconds on a loaded machine."""
 CLOCK_CALIBRATION_REPS = 50
 """Empty calls the child times to learn its clocks' own overhead (synchronise + timestamp)."""
 EMPTY_CALLS = 10
-"""Timed round trips of an empty call before the candidate is loaded: what a round trip costs the parent's
-clock beyond the call itself (the timing bound subtracts the cheapest)."""
+"""Timed round trips of an empty batch before the candidate is loaded: what a round trip costs the parent's
+clock beyond the calls themselves (the timing bound subtracts it)."""
+WARMUP_BATCHES = 1
+"""Batches run, checked, and not counted: first-call costs (lazy initialisation, caches, JIT)."""
+MIN_BATCHES = 4
+"""Batches counted before the timing may stop early."""
+TIMING_PRECISION = 0.005
+"""Stop once the bootstrap 95% interval of the median batch mean is within +-0.5% of it (or at max_reps calls):
+repetitions cost fresh inputs and fp64 truth each, so they are spent where they buy precision. Measured on
+an H100, 2026-11-23: batch means of an honest kernel spread ~0.1-0.3%, so 4-6 batches usually suffice."""
 ESTIMATE_TIMEOUT_FACTOR = 4
 """The estimate makes 4 calls (1 warm-up + 3 timed) on one input set."""
 
@@ -66,14 +76,22 @@ class _Stop(Exception):
 
 @dataclass(frozen=True)
 class TimedCall:
+    """One timed batch (one `go`), in per-call units: every figure is the batch's divided by its calls."""
+
     distribution: str
+    """The first call's distribution (`distributions` has them all)."""
     claim_ms: float
-    """What the child says the call took."""
+    """What the child says a call took: the batch's mean."""
     window_ms: float
-    """What the parent's clock saw: from sending `go` to reading the reply."""
+    """What the parent's clock saw: from sending `go` to reading the reply, per call."""
     run_ms: float
-    """CPU time the sandbox tree ran in that window, by the kernel's accounting (waiting for a CPU excluded)."""
+    """CPU time the sandbox tree ran in that window, by the kernel's accounting (waiting for a CPU excluded),
+    per call."""
     hidden_work: bool
+    calls: int = 1
+    claims_ms: tuple[float, ...] = ()
+    """Each call's own time, as the child measured it."""
+    distributions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -96,6 +114,9 @@ class Execution:
     truth_checks: int = 0
     peak_memory: int | None = None
     """Most device memory the candidate allocated beyond its inputs in one timed call (CUDA only)."""
+    warm: WarmChild | None = None
+    """A pre-started child (sandbox/warm.py) to judge on instead of starting one; its device's gate keeps a
+    spare's set-up out of this candidate's timed phases."""
 
     @property
     def is_cuda(self) -> bool:
@@ -104,12 +125,13 @@ class Execution:
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """The one way to time a phase: wall seconds in `stages`, the parent's CPU seconds beside them."""
-        wall, cpu = time.monotonic(), time.process_time()
-        try:
-            yield
-        finally:
-            self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - wall
-            self.parent_cpu_s[name] = self.parent_cpu_s.get(name, 0.0) + time.process_time() - cpu
+        with self.warm.gate.phase(name, self.stages) if self.warm is not None else contextlib.nullcontext():
+            wall, cpu = time.monotonic(), time.process_time()
+            try:
+                yield
+            finally:
+                self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - wall
+                self.parent_cpu_s[name] = self.parent_cpu_s.get(name, 0.0) + time.process_time() - cpu
 
     # --- talking to the child -------------------------------------------------------------------
 
@@ -179,6 +201,11 @@ class Execution:
 
     def start(self, work_dir: Path, fields: dict[str, Any]) -> None:
         """Start the isolated child and wait until torch (and the device) is up in it."""
+        if self.warm is not None:  # up since before this candidate existed: its start is not this candidate's cost
+            self.session = self.warm.hand_over(self.config.run_timeout_s)
+            fields["environment"] = self.warm.environment or describe(self.device, self.session.mechanism)
+            self.stages.update(self.warm.pre_stages())
+            return
         self.session = ChildSession("execute", self.task.id.value, self.device, work_dir, self.config,
                                     gpu=self.is_cuda, wall_s=self.config.run_timeout_s)
         fields["environment"] = describe(self.device, self.session.mechanism)
@@ -186,9 +213,14 @@ class Execution:
 
     def calibrate(self) -> None:
         """Before the candidate exists: the clocks' overhead, and what an empty timed round trip costs."""
+        if self.warm is not None and self.warm.empty_calls is not None:
+            # Measured by this method on this child before any candidate existed (sandbox/warm.py).
+            self.empty_calls = list(self.warm.empty_calls)
+            return
         self.ask(msg.Calibrate(reps=CLOCK_CALIBRATION_REPS), msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
         official = self.task.distributions[0]
-        self.empty_calls = [self.timed_call(i, official, empty=True) for i in range(EMPTY_CALLS)]
+        batch = (official,) * self.batch_size()
+        self.empty_calls = [self.timed_batch(i, batch, empty=True) for i in range(EMPTY_CALLS)]
 
     def load(self) -> None:
         """Import the candidate: from here on, the child runs code we do not trust."""
@@ -214,38 +246,47 @@ class Execution:
                         rule="custom_kernel_required")
 
     def timing(self, baselines: dict, details: dict[str, Any]) -> tuple[Performance, bool]:
-        """Estimate, then warm-up and timed calls, each with its own seed and distribution, every output checked."""
+        """Estimate, then batches of calls, each call with its own seed and distribution, every output checked,
+        until the median batch mean is precise enough (TIMING_PRECISION) or max_reps calls were timed."""
         official = self.task.distributions[0]
         est, _ = self.ask(msg.Estimate(shape=list(self.shape), distribution=official, seed=secrets.randbits(62)),
                           msg.EstimateReply, "timing estimate", self.config.call_timeout_s * ESTIMATE_TIMEOUT_FACTOR)
-        reps, warmup = plan_reps(est.estimate_ms, self.config.timing_budget_ms, self.config.min_reps,
-                                 self.config.max_reps)
+        reps, _ = plan_reps(est.estimate_ms, self.config.timing_budget_ms, self.config.min_reps, self.config.max_reps)
+        size = self.batch_size()
         pool = self.timing_distributions()
-        calls = [self.timed_call(i, secrets.choice(pool)) for i in range(warmup + reps)]
-        timed = calls[warmup:]
-        claims = [c.claim_ms for c in timed]
-        windows = [c.window_ms for c in timed]
-        runs = [c.run_ms for c in timed]
+        warm = [self.timed_batch(i, self.draw(pool, size)) for i in range(WARMUP_BATCHES)]
+        timed: list[TimedCall] = []
+        while sum(b.calls for b in timed) < reps:
+            timed.append(self.timed_batch(len(warm) + len(timed), self.draw(pool, size)))
+            if len(timed) >= MIN_BATCHES and _precise(timed):
+                break
+        claims = [b.claim_ms for b in timed]
+        windows = [b.window_ms for b in timed]
+        runs = [b.run_ms for b in timed]
         empty_runs = [c.run_ms for c in self.empty_calls]
+        every = [d for b in (*warm, *timed) for d in b.distributions]
         details["timing"] = {
-            "scheme": "fresh seed per call",
-            "timed_calls": reps, "warmup_calls": warmup,
-            "distributions": {d: sum(c.distribution == d for c in calls) for d in pool},
+            "scheme": "fresh seed per call, batches of calls back to back, a batch's mean is its claim",
+            "batch_size": size, "timed_batches": len(timed), "warmup_batches": len(warm),
+            "timed_calls": sum(b.calls for b in timed), "warmup_calls": sum(b.calls for b in warm),
+            "planned_calls": reps,
+            "distributions": {d: every.count(d) for d in pool},
             "truth_checks": self.truth_checks,
             "window_median_ms": statistics.median(windows),
             "run_median_ms": statistics.median(runs),
             "empty_call_run_ms": statistics.median(empty_runs),
             "empty_call_window_ms": min(c.window_ms for c in self.empty_calls),
-            "call_floor_ms": plausibility.call_floor_ms(runs, empty_runs),
-            "claims_ms": [round(c, 5) for c in claims],
+            "call_floor_ms": plausibility.call_floor_ms(runs, empty_runs, size),
+            "claims_ms": [round(c, 5) for b in timed for c in b.claims_ms],
+            "batch_claims_ms": [round(c, 5) for c in claims],
             "windows_ms": [round(w, 5) for w in windows],
             "runs_ms": [round(r, 5) for r in runs],
-            "hidden_work": any(c.hidden_work for c in timed),
+            "hidden_work": any(b.hidden_work for b in timed),
         }
-        breach = plausibility.timing_bound(claims, windows, runs, empty_runs)
+        breach = plausibility.timing_bound(claims, windows, runs, empty_runs, torch.device(self.device).type, size)
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
-        stats = TimingStats(**summarize(claims))
+        stats = TimingStats(**{**summarize(claims), "reps": details["timing"]["timed_calls"]})
         perf = _performance(self.task, self.shape, stats, baselines, self.peak_memory)
         breach = plausibility.speed_of_light(stats.median_ms, perf.min_bytes, perf.bandwidth_bytes_per_s,
                                              torch.device(self.device).type)
@@ -298,20 +339,32 @@ class Execution:
         """Where each timed call's distribution is drawn from, uniformly and afresh per call (the task decides)."""
         return tuple(self.task.timed_distributions())
 
-    def timed_call(self, index: int, distribution: str, *, empty: bool = False) -> TimedCall:
-        """arm (fresh seed, inputs made and fingerprinted) -> go (timed by both clocks) -> inspect."""
+    @staticmethod
+    def draw(pool: tuple[str, ...], size: int) -> tuple[str, ...]:
+        return tuple(secrets.choice(pool) for _ in range(size))
+
+    def batch_size(self) -> int:
+        """Calls per timed batch (sandbox/timing.py; a call's minimal bytes stand for its inputs' size)."""
+        return batch_size(torch.device(self.device), self.task.min_bytes(self.shape))
+
+    def timed_batch(self, index: int, distributions: tuple[str, ...], *, empty: bool = False) -> TimedCall:
+        """arm (a fresh seed per call, inputs made and fingerprinted) -> go (the batch, timed by both clocks)
+        -> inspect; every call's output checked against the parent's fp64 truth for its own seed."""
         assert self.session is not None
-        step = f"{'empty ' if empty else ''}timed call {index} ({distribution})"
-        seed = secrets.randbits(62)
-        timeout = self.config.call_timeout_s
-        arm = msg.Arm(shape=list(self.shape), distribution=distribution, seed=seed, null=empty)
+        step = f"{'empty ' if empty else ''}timed batch {index}"
+        seeds = [secrets.randbits(62) for _ in distributions]
+        timeout = self.config.call_timeout_s * len(distributions)
+        calls = [msg.ArmedCall(distribution=d, seed=s) for d, s in zip(distributions, seeds)]
+        arm = msg.Arm(shape=list(self.shape), distribution=distributions[0], seed=seeds[0], more=calls[1:],
+                      null=empty)
         self.session.send(arm.model_dump())
-        # The child is making its inputs, not timing: the parent's own work for this call goes here.
-        truth, prints = (None, None) if empty else self.truth(self.shape, distribution, seed)
+        # The child is making its inputs, not timing: the parent's own work for these calls goes here.
+        truths = [] if empty else [self.truth(self.shape, d, seed) for d, seed in zip(distributions, seeds)]
         armed, _ = self.read(self.session.receive(timeout), msg.ArmReply, step)
-        if prints is not None and armed.before != prints:
+        if not empty and armed.before_all != [prints for _, prints in truths]:
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
-                        "the input generator was tampered with", rule="inputs", judge=prints, child=armed.before)
+                        "the input generator was tampered with", rule="inputs",
+                        judge=[p for _, p in truths], child=armed.before_all)
         ran = cputime.tree_ns(self.session.process.pid)
         started = time.perf_counter()
         raw = self.session.request(msg.Go().model_dump(), timeout)
@@ -321,19 +374,41 @@ class Execution:
         if went.rejected_output:
             raise _Stop(Status.INCORRECT, f"{step}: {went.rejected_output}")
         assert isinstance(went, msg.GoReply)
-        out = self.output(went, raw.payloads, step)
+        if len(raw.payloads) != len(distributions) or len(went.times_ms) != len(distributions):
+            raise _Stop(Status.TAMPER_DETECTED, f"{step}: {len(raw.payloads)} outputs and {len(went.times_ms)} times "
+                        f"for {len(distributions)} calls (a forged reply)", rule="protocol")
+        outs = [self.output(went, [payload], step) for payload in raw.payloads]
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
+        n = len(distributions)
+        batch = TimedCall(distributions[0], went.time_ms, window_ms / n, run_ms / n, went.hidden_work, n,
+                          tuple(went.times_ms), distributions)
         if empty:
-            return TimedCall(distribution, went.time_ms, window_ms, run_ms, went.hidden_work)
-        if inspected.after != prints:
-            raise _Stop(Status.INCORRECT, f"{step}: forward() modified its inputs in place")
-        cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
-        if not cmp.passed:
-            raise _Stop(Status.INCORRECT, f"timed call {index} returned a wrong result ({cmp.message}): results must "
-                        "be computed on every call from that call's inputs, not cached, deferred or estimated")
+            return batch
+        for i, ((truth, prints), after, out) in enumerate(zip(truths, inspected.after_all, outs)):
+            if after != prints:
+                raise _Stop(Status.INCORRECT, f"{step}, call {i}: forward() modified its inputs in place")
+            cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
+            if not cmp.passed:
+                raise _Stop(Status.INCORRECT, f"timed call {index * n + i} returned a wrong result ({distributions[i]} "
+                            f"inputs, {step}; {cmp.message}): results must be computed on every call from that call's "
+                            "inputs, not cached, deferred or estimated")
+        if len(inspected.after_all) != n:
+            raise _Stop(Status.TAMPER_DETECTED, f"{step}: inputs of {len(inspected.after_all)} calls inspected, "
+                        f"{n} were armed (a forged reply)", rule="protocol")
         if inspected.peak_memory_bytes is not None:
             self.peak_memory = max(self.peak_memory or 0, inspected.peak_memory_bytes)
-        return TimedCall(distribution, went.time_ms, window_ms, run_ms, went.hidden_work)
+        return batch
+
+    def timed_call(self, index: int, distribution: str, *, empty: bool = False) -> TimedCall:
+        """A batch of one call (the training variant times its calls one at a time)."""
+        return self.timed_batch(index, (distribution,), empty=empty)
+
+
+def _precise(batches: list[TimedCall]) -> bool:
+    """Whether the bootstrap 95% interval of the median batch mean is within TIMING_PRECISION of the median."""
+    stats = summarize([b.claim_ms for b in batches])
+    low, high = stats["ci95_ms"]
+    return stats["median_ms"] > 0 and (high - low) / 2 <= TIMING_PRECISION * stats["median_ms"]
 
 
 def _failure_verdict(failure: ChildFailure, step: str) -> tuple[Status, str]:
@@ -355,12 +430,26 @@ def _failure_verdict(failure: ChildFailure, step: str) -> tuple[Status, str]:
     return Status.RUNTIME_ERROR, f"{step}: the process exited with code {failure.returncode}{suffix}"
 
 
-def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | None = None) -> Verdict:
-    """Run the prepared candidate in an isolated child on `device`: correctness trials, then timing."""
+def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | None = None,
+            child: WarmChild | None = None) -> Verdict:
+    """Run the prepared candidate in an isolated child on `device`: correctness trials, then timing.
+
+    `child`: a pre-started child for this task and device (sandbox/warm.py), used for this candidate alone and
+    killed at the end; without one (or with one for another task or device), a child is started here.
+    """
     config = config or JudgeConfig()
     task = get_task(prepared.task_id)
+    if child is not None and (child.task_id != task.id.value or child.device != device):
+        child.discard()
+        child = None
     is_cuda = torch.device(device).type == "cuda"
-    run = Execution(task, device, config, task.official_shape if is_cuda else task.cpu_shape, dict(prepared.stages))
+    kind: type[Execution] = Execution
+    if task.training is not None:  # forward + backward, the gradient checked too (sandbox/training.py)
+        from sandbox.training import TrainingExecution
+
+        kind = TrainingExecution
+    run = kind(task, device, config, task.official_shape if is_cuda else task.cpu_shape, dict(prepared.stages))
+    run.warm = child
     base = {"task": task.id.value, "device": device, "source_sha256": prepared.source_sha256,
             "toolchain": prepared.toolchain, "imports": prepared.imports, "compile_log": prepared.compile_log}
 
@@ -371,12 +460,16 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
         with run.stage("baselines"):
             baselines = get_baselines(task.id.value, device, run.shape, config)
     except Exception as exc:  # noqa: BLE001 - our measurement failed: not the candidate's fault
+        if child is not None:
+            child.discard()
         return Verdict(status=Status.SYSTEM_ERROR, diagnosis=f"baseline measurement failed: {exc}",
                        stages=run.stages, **base)
 
     runs_root = config.build_root.parent / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
-    work_dir = Path(tempfile.mkdtemp(prefix=f"{prepared.build_key[:12]}-", dir=runs_root))
+    # A pre-started child's own directory is bound at its /build already: what is copied there, it sees.
+    work_dir = child.work_dir if child is not None else Path(tempfile.mkdtemp(prefix=f"{prepared.build_key[:12]}-",
+                                                                               dir=runs_root))
     # A private copy: what the candidate writes while running cannot change its cached build.
     shutil.copytree(prepared.build_dir, work_dir, dirs_exist_ok=True, symlinks=True)
     fields: dict[str, Any] = {}
@@ -430,7 +523,8 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
         shutil.rmtree(work_dir, ignore_errors=True)
     # What judging this candidate cost: the device is held from the child's start to its end.
     details["cost"] = {"device_held_s": round(time.monotonic() - held, 4), "truth_checks": run.truth_checks,
-                       "parent_cpu_s": {k: round(v, 4) for k, v in run.parent_cpu_s.items()}}
+                       "parent_cpu_s": {k: round(v, 4) for k, v in run.parent_cpu_s.items()},
+                       "pre_started": child.cost() if child is not None else None}
     return Verdict(status=status, diagnosis=diagnosis, stages=run.stages, trials=run.trials, details=details,
                    **fields, **base)
 

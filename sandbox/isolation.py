@@ -521,6 +521,11 @@ class SandboxedProcess:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
+    def restart_clock(self, wall_s: float) -> None:
+        """Let the wall-time limit run `wall_s` from now: a pre-started child's (sandbox/warm.py) limit runs from
+        the moment it is handed a candidate, not from its start. The watchdog reads the deadline every 0.5 s."""
+        self._deadline = time.monotonic() + wall_s
+
     def _flood(self) -> None:
         self.flooded = True
         self.kill_tree()

@@ -137,7 +137,10 @@ def _run_build(task: Task, build_dir: Path, target: str, config: JudgeConfig) ->
     """Import the candidate in a GPU-less isolated child so its extensions build into build_dir."""
     extra = {"TORCH_CUDA_ARCH_LIST": build.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
     started = time.monotonic()
+    accel_env, accel_binds = build.accelerators(config, target, (build_dir / build.SOURCE_FILE).read_text())
+    extra.update(accel_env)
     session = ChildSession("compile", task.id.value, "cpu", build_dir, config, gpu=False, extra_env=extra,
+                           extra_binds=accel_binds,
                            wall_s=config.compile_timeout_s + 30)
     try:
         reply = session.receive(config.compile_timeout_s)

@@ -3,11 +3,12 @@
 The child measures each timed call, and the child is untrusted: a candidate can patch or bypass any
 clock inside it. Two rules keep a forged or impossible time from becoming a score:
 
-- `timing_bound`: what the parent sees itself. Each timed call is one round trip (`go` -> reply, see
-  sandbox/execute.py). A claim above the wall time of its own round trip is a lie outright. And the
-  kernel accounts, per thread, the CPU time the sandbox ran during the round trip (sandbox/cputime.py):
-  waiting for a CPU is not in it, so it does not grow on a saturated host, as a wall clock does. A
-  median claim well below the median of that, less what an empty call costs, is under-reported.
+- `timing_bound`: what the parent sees itself. Each timed batch of calls is one round trip (`go` ->
+  reply, see sandbox/execute.py); every figure here is per call (the batch's divided by its calls). A
+  claim above the wall time of its own round trip is a lie outright. And the kernel accounts, per
+  thread, the CPU time the sandbox ran during the round trip (sandbox/cputime.py): waiting for a CPU is
+  not in it, so it does not grow on a saturated host, as a wall clock does. A median claim well below
+  the median of that, less what an empty batch costs, is under-reported.
 - `speed_of_light`: both tasks are memory-bound, so no honest call is faster than the task's minimal
   bytes over the device's measured bandwidth.
 
@@ -23,13 +24,21 @@ CLAIM_OVER_WINDOW_SLACK_MS = 0.05
 """A claim may exceed its window by clock granularity only: host and child read the same CLOCK_MONOTONIC,
 and CUDA events sit inside the host's window; 50 us covers the event clock's offset from the host's."""
 
-MIN_CLAIM_FRACTION = 0.8
-"""The median claim must be at least this share of the parent's estimate of one call (`call_floor_ms`).
-Measured with scripts/measure_timing_bound.py on the 2-core CPU machine, honest C++ candidates (kl_div,
-cross_entropy, the log-then-reduce control), load average 9-17 with and without 3 more busy loops:
-claim / (run - empty) was 1.0-1.5 (the child's own clock also counts the time it waited for a CPU, the
-kernel's accounting does not), so 0.8 leaves room for an idle host's spread (claims vary by a few percent
-call to call); a median claim below 80% of the CPU work its calls did is caught."""
+MIN_CLAIM_FRACTION = {"cpu": 0.6, "cuda": 0.65}
+"""The median claim must be at least this share of the parent's estimate of one call (`call_floor_ms`),
+measured with scripts/measure_timing_bound.py on honest candidates, idle and with the host saturated:
+
+- CPU (the 2-core CI machine, C++ candidates kl_div, cross_entropy, the log-then-reduce control, load
+  average 9-17 with and without 3 more busy loops): claim / (run - empty) was 1.0-1.5 (the child's clock
+  also counts the time it waited for a CPU, the kernel's accounting does not). But later, with two workers
+  and the test suite sharing the 2 cores (load average ~9), honest kl_div_cpp_correct measured 0.80 twice
+  (docs/results/multi-device-cpu-2026-11-23.md), which the first rule (0.8) flagged; 0.6 is 25% under that.
+- GPU (H100, 2026-11-23, docs/results/timing-bound-h100-2026-11-23.log: kl_div_fast, cross_entropy_fast,
+  kl_div_triton, batches of 3-8 calls): 0.89-0.95 idle, 0.81-0.88 with 16 busy loops on the 16 cores (the
+  host spins in the synchronisation while the device works, so the accounted time is the call's plus the
+  host's own share; an empty batch measured under load accounts less, which lowers the ratio). 0.65 is 20%
+  under the lowest honest figure: a claim understated by more than 1.54x is caught, and on the fast kernels
+  (over 75% of speed-of-light) an understatement that large is also over the speed-of-light limit."""
 RUN_NOISE_MS = 0.1
 """How much more CPU a real call's round trip may take beyond its own work than an empty call's (the
 module call, pybind, a larger output path). Measured: the harness's share of a real call (run - claim,
@@ -54,19 +63,20 @@ class Breach:
     details: dict
 
 
-def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float]) -> float:
-    """The parent's estimate of one call's work: the median CPU time of its round trips, less an empty call's.
+def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float], calls_per_batch: int = 1) -> float:
+    """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an
+    empty batch's, per call (RUN_NOISE_MS is a round trip's, so a batch spreads it over its calls).
 
     On the CPU the call is the work the kernel accounts. On a GPU the host spins in the synchronisation
     while the device works, so the accounted time is at most the call's (less if the host yields), and
     the bound can only be looser there, never wrongly strict.
     """
     overhead = statistics.median(empty_runs_ms) if empty_runs_ms else 0.0
-    return max(statistics.median(runs_ms) - overhead - RUN_NOISE_MS, 0.0)
+    return max(statistics.median(runs_ms) - overhead - RUN_NOISE_MS / max(calls_per_batch, 1), 0.0)
 
 
 def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[float],
-                 empty_runs_ms: list[float]) -> Breach | None:
+                 empty_runs_ms: list[float], device_type: str = "cpu", calls_per_batch: int = 1) -> Breach | None:
     """The child's claimed times against the parent's per-call wall windows and CPU times (module doc)."""
     over = [(i, c, w) for i, (c, w) in enumerate(zip(claims_ms, windows_ms)) if c > w + CLAIM_OVER_WINDOW_SLACK_MS]
     if over:
@@ -74,8 +84,8 @@ def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[
         return Breach("timing", f"timed call {i} claims {claim:.4f} ms, but the judge's clock saw the whole round "
                       f"trip take {window:.4f} ms: the child's clock was tampered with", {"calls_over": len(over)})
     median = statistics.median(claims_ms)
-    floor = call_floor_ms(runs_ms, empty_runs_ms)
-    if median < MIN_CLAIM_FRACTION * floor:
+    floor = call_floor_ms(runs_ms, empty_runs_ms, calls_per_batch)
+    if median < MIN_CLAIM_FRACTION["cuda" if device_type == "cuda" else "cpu"] * floor:
         return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge measured itself "
                       f"(the kernel accounted at least {floor:.4f} ms of CPU work per call)",
                       {"claim_median_ms": median, "floor_ms": floor})

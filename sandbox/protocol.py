@@ -134,18 +134,36 @@ class Estimate(Message):
     seed: int
 
 
-class Arm(Message):
-    """Generate one timed call's inputs from a seed the child has not seen, fingerprint them, wait for Go.
+MAX_BATCH = 64
+"""Most timed calls armed together (each with its own input set resident on the device)."""
 
-    `null` arms a do-nothing call (before the candidate is loaded): the parent measures what a round
-    trip costs around a call that takes no time.
+
+class ArmedCall(Message):
+    """One more timed call of a batch: its own distribution and a seed the child has not seen."""
+
+    distribution: str
+    seed: int
+
+
+class Arm(Message):
+    """Generate a batch of timed calls' inputs, each from its own fresh seed, fingerprint them, wait for Go.
+
+    The first call is `distribution`/`seed`, the rest `more`: `go` then runs them back to back (see
+    sandbox/timing.py, `time_batch`). `null` arms do-nothing calls without inputs (before the candidate is
+    loaded): the parent measures what a round trip costs around calls that take no time.
     """
 
     op: Literal["arm"] = "arm"
     shape: Shape
     distribution: str
     seed: int
+    more: Annotated[list[ArmedCall], Field(max_length=MAX_BATCH - 1)] = []
     null: bool = False
+
+    def calls(self) -> list[ArmedCall]:
+        return [ArmedCall(distribution=self.distribution, seed=self.seed), *self.more]
+    forward_only: bool = False
+    """Training tasks: time the forward alone (the loss, with grad enabled), not forward + backward."""
 
 
 class Go(Message):
@@ -164,7 +182,29 @@ class Exit(Message):
     op: Literal["exit"] = "exit"
 
 
-Command = Annotated[Calibrate | Load | Trial | Estimate | Arm | Go | Inspect | Exit, Field(discriminator="op")]
+class Begin(Message):
+    """A pre-started child (sandbox/warm.py), waiting with torch imported and the device untouched: set up for
+    `task` on the device now. The judge sends it when no candidate is being timed on that device."""
+
+    op: Literal["begin"] = "begin"
+    task: str
+
+
+class GradCheck(Message):
+    """Training tasks, after a trial or a timed step: report the gradient the step left (sandbox/training.py).
+
+    Sent only after the step ran, so the candidate cannot know `weight_seed` or `rows` while it computes:
+    the child returns, in fp64, every row of the gradient projected on weights drawn from `weight_seed`,
+    and the raw fp32 bytes of the sampled `rows`.
+    """
+
+    op: Literal["grad_check"] = "grad_check"
+    rows: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=1 << 20)]
+    weight_seed: int
+
+
+Command = Annotated[Calibrate | Load | Trial | Estimate | Arm | Go | Inspect | GradCheck | Begin | Exit,
+                    Field(discriminator="op")]
 _COMMAND = TypeAdapter(Command)
 
 
@@ -202,6 +242,12 @@ class Reply(Message):
     processes: Names = []
 
 
+class Started(Reply):
+    """A pre-started child's first message: interpreter and torch up, the device not touched yet (waits for Begin)."""
+
+    op: Literal["started"]
+
+
 class Ready(Reply):
     op: Literal["ready"]
 
@@ -237,27 +283,56 @@ class EstimateReply(Reply):
     estimate_ms: Annotated[float, Field(ge=0)]
 
 
+Batch = Annotated[list[Fingerprints], Field(max_length=MAX_BATCH)]
+
+
 class ArmReply(Reply):
     op: Literal["arm"]
     before: Fingerprints
+    """The first call's inputs (a training task's child fills this alone)."""
+    before_all: Batch = []
+    """Every armed call's inputs, in order (the first included)."""
 
 
 class GoReply(Reply):
+    """One payload per call, in order. `time_ms` is the batch's claim per call: its calls' mean."""
+
     op: Literal["go"]
     dtype: str
     shape: Shape
     time_ms: float
-    """The child's claim: what this call took (events on a GPU, the host clock on the CPU)."""
+    """The child's claim: what a call took (events on a GPU, the host clock on the CPU)."""
+    times_ms: Annotated[list[float], Field(max_length=MAX_BATCH)] = []
+    """Each call's own time, in order."""
     event_ms: float | None = None
     host_ms: float
-    """The host clock around the whole call, device-wide synchronisation included."""
+    """The host clock around the whole batch, device-wide synchronisation included."""
     hidden_work: bool
 
 
 class InspectReply(Reply):
     op: Literal["inspect"]
     after: Fingerprints
+    after_all: Batch = []
     peak_memory_bytes: int | None = None
+
+
+class TrainTrialReply(TrialReply):
+    """A training task's trial: forward + backward; the evidence of custom code in the backward alone too."""
+
+    backward_custom_calls: Names
+    backward_custom_ops: Names
+    backward_custom_kernels: Names
+    custom_function: bool
+    """The loss's autograd graph holds a custom torch.autograd.Function (a fused forward's gradient)."""
+
+
+class GradCheckReply(Reply):
+    """Payloads: the fp64 row projections (batch values), then the fp32 bytes of the requested rows."""
+
+    op: Literal["grad_check"]
+    dtype: str
+    shape: Shape
 
 
 class BuildReply(Message):

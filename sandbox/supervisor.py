@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from typing_extensions import Self
 
@@ -107,22 +107,29 @@ class ChildResult:
 
 
 class ChildSession:
-    """One isolated child process and its command/result pipes."""
+    """One isolated child process and its command/result pipes.
+
+    `pre_started`: a spare (sandbox/warm.py) that answers `Started` once its interpreter and torch are up, then
+    waits for `Begin`, which names the task, before it touches the device; `task_id` may then be empty.
+    """
 
     def __init__(self, mode: str, task_id: str, device: str, work_dir: Path, config: JudgeConfig,
-                 *, gpu: bool, extra_env: dict[str, str] | None = None, wall_s: float) -> None:
+                 *, gpu: bool, extra_env: dict[str, str] | None = None, wall_s: float,
+                 pre_started: bool = False, extra_binds: dict[Path, str] | None = None) -> None:
         self.mechanism = isolation.available_mechanism(config.isolation)
         paths = ChildPaths.for_mechanism(self.mechanism, work_dir)
         cmd_r, self._cmd_w = os.pipe()
         self._res_r, res_w = os.pipe()
         argv = [sys.executable, "-B", "-m", "sandbox.child", mode, "--task", task_id, "--device", device,
                 "--source", f"{paths.build}/candidate.py", "--cmd-fd", str(cmd_r), "--res-fd", str(res_w)]
+        if pre_started:
+            argv.append("--pre-started")
         spec = isolation.SandboxSpec(
             argv=argv,
             env=child_env(config, paths, {"JUDGE_PRIVATE_PIDS": "1" if self.mechanism != "none" else "0",
                                           **(extra_env or {})}),
             writable_dir=work_dir,
-            readonly_binds=code_binds(),
+            readonly_binds={**code_binds(), **(extra_binds or {})},  # extra: e.g. the build accelerators
             gpu=gpu,
             limits=isolation.Limits(
                 wall_s=wall_s,
@@ -136,6 +143,9 @@ class ChildSession:
             cwd=paths.build,
         )
         self.started = time.monotonic()
+        self.on_close: Callable[[], None] | None = None
+        """Called once the child is closed (sandbox/warm.py learns that a handed-out child's candidate ended)."""
+        self._closed = False
         try:
             self.process = isolation.start(spec, mechanism=self.mechanism)
         finally:
@@ -210,6 +220,11 @@ class ChildSession:
         self.process.kill_tree()
 
     def close(self, timeout_s: float = 10.0) -> None:
+        """Ask the child to exit, then kill its tree and close the pipes. Idempotent: a second call does nothing
+        (closing the pipes' numbers twice could close files opened since under the same numbers)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             protocol.send(self._cmd_w, {"op": "exit"})
         except OSError:
@@ -221,6 +236,8 @@ class ChildSession:
                 os.close(fd)
             except OSError:
                 pass
+        if self.on_close is not None:
+            self.on_close()
 
     def __enter__(self) -> Self:
         return self

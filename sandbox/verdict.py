@@ -7,9 +7,10 @@ as is by the service, and read back with `Verdict.model_validate_json`.
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Status(str, enum.Enum):
@@ -26,8 +27,16 @@ class Status(str, enum.Enum):
     """The judge itself failed (infrastructure): retry; never blame the candidate."""
 
 
+_JSON_SAFE = ConfigDict(ser_json_inf_nan="strings")
+"""An output of inf or NaN is a verdict's evidence (max_abs_error: inf). JSON has no such numbers and
+PostgreSQL's JSON type refuses `Infinity`, so they travel as the strings "Infinity", "-Infinity" and "NaN",
+which pydantic reads back as floats. Store verdicts with `json_ready`."""
+
+
 class TrialResult(BaseModel):
     """One correctness trial: fresh inputs from one seed and distribution, compared with fp64 truth."""
+
+    model_config = _JSON_SAFE
 
     trial: int
     distribution: str
@@ -46,6 +55,8 @@ class TrialResult(BaseModel):
 class TimingStats(BaseModel):
     """Repeated timings of one callable, in milliseconds."""
 
+    model_config = _JSON_SAFE
+
     median_ms: float
     q25_ms: float
     q75_ms: float
@@ -61,6 +72,7 @@ class TimingStats(BaseModel):
 
 
 class Performance(BaseModel):
+    model_config = _JSON_SAFE
     candidate: TimingStats
     baselines: dict[str, TimingStats] = Field(default_factory=dict)
     """Reference timings by name ("eager", "compile"), measured in a trusted process on the same device."""
@@ -76,6 +88,7 @@ class Performance(BaseModel):
 
 
 class Environment(BaseModel):
+    model_config = _JSON_SAFE
     device: str
     device_name: str | None = None
     driver: str | None = None
@@ -90,6 +103,7 @@ class Environment(BaseModel):
 
 
 class Verdict(BaseModel):
+    model_config = _JSON_SAFE
     status: Status
     diagnosis: str
     """What went wrong, written for a person or an LLM to act on; a one-line summary when correct."""
@@ -110,3 +124,9 @@ class Verdict(BaseModel):
     """Compiler output (truncated to a bounded size), errors first."""
     details: dict[str, Any] = Field(default_factory=dict)
     """Stage-specific extras: exception type and traceback tail, broken rule and call, etc."""
+
+
+def json_ready(model: BaseModel) -> Any:
+    """A verdict (or part of one) as plain JSON values that any database's JSON type accepts: inf and NaN as
+    strings (see _JSON_SAFE). `model_dump(mode="json")` keeps them as floats."""
+    return json.loads(model.model_dump_json())

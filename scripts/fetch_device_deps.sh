@@ -10,5 +10,7 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl pydantic pydantic-settings fastapi fastapi-offline uvicorn sqlalchemy alembic jinja2 typer rich \
     pygments prometheus-client typing-extensions
+# Liger-Kernel (pure Python over Triton, which the image has): the fused-loss reference rows (issues 10, 12).
+python3 -m pip download -q --no-deps --only-binary=:all: -d .whl 'liger-kernel>=0.5'
 (cd .debs && apt-get download bubblewrap)
 du -sh .whl .debs

@@ -3,8 +3,8 @@
 For each honest candidate, judged for real (isolated child, fresh seed per timed call), this prints:
 
 - claim: the child's median per-call time (what the verdict reports);
-- run: the median CPU time the kernel accounted to the sandbox during a call's round trip (`go` ->
-  reply); empty: the same for an empty call, measured before the candidate is loaded;
+- run: the median CPU time the kernel accounted to the sandbox during a batch's round trip (`go` ->
+  reply), per call; empty: the same for an empty batch, measured before the candidate is loaded;
 - ratio: claim / (run - empty), 1.0 when the claim is exactly the CPU work of the call; the rule
   (`plausibility.timing_bound`) flags a median claim below MIN_CLAIM_FRACTION x (run - empty - noise);
 - window: the median wall time of the round trips, to show what waiting for a CPU adds under load.
@@ -49,7 +49,7 @@ def measure(path: Path, device: str, config: JudgeConfig) -> dict:
     timing = verdict.details.get("timing") or {}
     if not timing.get("claims_ms"):
         return {"name": path.name, "status": verdict.status.value, "diagnosis": verdict.diagnosis[:200]}
-    claim = statistics.median(timing["claims_ms"])
+    claim = statistics.median(timing.get("batch_claims_ms") or timing["claims_ms"])  # per call, batch means
     run, empty = statistics.median(timing["runs_ms"]), timing["empty_call_run_ms"]
     return {
         "name": path.name, "status": verdict.status.value, "claim": claim, "run": run, "empty": empty,
@@ -69,7 +69,8 @@ def main() -> None:
     paths = args.candidates or [ROOT / p for p in (CUDA_DEFAULT if args.device.startswith("cuda") else CPU_DEFAULT)]
     config = JudgeConfig(build_root=args.build_root / "builds", cache_root=args.build_root / "cache",
                          check_extra_shapes=False, **({"timing_budget_ms": 300.0} if args.device == "cpu" else {}))
-    print(f"rule: median claim >= {MIN_CLAIM_FRACTION} x (run - empty - {RUN_NOISE_MS} ms)")
+    fraction = MIN_CLAIM_FRACTION["cuda" if args.device.startswith("cuda") else "cpu"]
+    print(f"rule: median claim >= {fraction} x (run - empty - {RUN_NOISE_MS} ms)")
     print(f"{'load':>4} {'candidate':<36} {'status':<16} {'claim ms':>9} {'run ms':>8} {'empty':>7} {'ratio':>6} "
           f"{'window ms':>9} {'loadavg':>7}")
     for load in args.load or [0]:

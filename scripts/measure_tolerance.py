@@ -17,6 +17,18 @@ Honest implementations, all fp32 end to end:
 - compile (with --compile): torch.compile of the reference.
 Also printed: the fp64 loss (mean over seeds) and its relative spread across seeds (std / |mean|), which
 says how well a constant answer could do.
+
+`--gradient` measures the training variants' gradients instead (reference/training.py cites the figures):
+every element of batch * gradient / scale (per-row units) against fp64 truth, for honest fp32 backwards:
+- torch:    autograd of the reference Model in fp32 (loss.backward(scale)).
+- closed:   the closed form as a kernel writes it: kl_div -(t / p) * (scale / B); cross_entropy
+            (exp(x - max) / sum - onehot) * (scale / B), the row sum reduced as the 'block' kernel does.
+- logspace: kl_div -exp(log t - log p) * scale / B;  lse: cross_entropy (exp(x - lse) - onehot) * scale / B.
+Cells: max relative error where |truth| >= 1e-3 / max absolute error, and the worst ratio of the error to
+the task's gradient tolerance (atol + rtol * magnitude, see reference/training.py; under 1 passes).
+
+    python scripts/measure_tolerance.py --device cpu --gradient
+    python scripts/measure_tolerance.py --device cuda --gradient --seeds 2
 """
 
 from __future__ import annotations
@@ -109,6 +121,73 @@ def implementations(task: Task, compile_too: bool) -> dict[str, Callable[[list[t
     return impls
 
 
+# --- gradients (training variants) ------------------------------------------------------------------
+
+def _gradient_impls(task: Task) -> dict[str, Callable[[list[torch.Tensor], float], torch.Tensor]]:
+    """Honest fp32 gradients of the training task's loss, each scaled by `scale` (the incoming gradient)."""
+    model = task.model_cls()
+    kl = task.training.forward_task == TaskId.KL_DIV
+
+    def autograd(inputs: list[torch.Tensor], scale: float) -> torch.Tensor:
+        leaf = inputs[0].detach().requires_grad_(True)
+        with torch.enable_grad():
+            model(leaf, inputs[1]).backward(torch.tensor(scale, dtype=torch.float32, device=leaf.device))
+        return leaf.grad
+
+    def kl_closed(inputs: list[torch.Tensor], scale: float) -> torch.Tensor:
+        p, t = inputs
+        return -(t / p) * torch.tensor(scale / p.shape[0], dtype=torch.float32)
+
+    def kl_logspace(inputs: list[torch.Tensor], scale: float) -> torch.Tensor:
+        p, t = inputs
+        return -torch.exp(torch.log(t) - torch.log(p)) * torch.tensor(scale / p.shape[0], dtype=torch.float32)
+
+    def _onehot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(x).scatter_(1, y[:, None], 1.0)
+
+    def ce_closed(inputs: list[torch.Tensor], scale: float) -> torch.Tensor:
+        x, y = inputs
+        e = torch.exp(x - x.max(dim=1, keepdim=True).values)
+        return (e / _block_row_sums(e)[:, None] - _onehot(x, y)) * torch.tensor(scale / x.shape[0], dtype=torch.float32)
+
+    def ce_lse(inputs: list[torch.Tensor], scale: float) -> torch.Tensor:
+        x, y = inputs
+        m = x.max(dim=1, keepdim=True).values
+        lse = m + torch.log(_block_row_sums(torch.exp(x - m)))[:, None]
+        return (torch.exp(x - lse) - _onehot(x, y)) * torch.tensor(scale / x.shape[0], dtype=torch.float32)
+
+    if kl:
+        return {"torch": autograd, "closed": kl_closed, "logspace": kl_logspace}
+    return {"torch": autograd, "closed": ce_closed, "lse": ce_lse}
+
+
+def measure_gradient(task: Task, shape: tuple[int, int], seeds: int, device: torch.device) -> None:
+    from reference.training import full_gradient, grad_output_scale
+
+    impls = _gradient_impls(task)
+    tol = task.training.gradient_tolerance
+    worst = {name: [0.0, 0.0, 0.0] for name in impls}  # max rel (|truth| >= 1e-3), max abs, max ratio
+    started = time.perf_counter()
+    for distribution in task.distributions:
+        for seed in range(seeds):
+            inputs = task.make_inputs(shape, distribution, 1000 + seed, device)
+            scale = grad_output_scale(1000 + seed)
+            truth = full_gradient(task, inputs) * shape[0]  # per-row units
+            for name, fn in impls.items():
+                got = fn(inputs, scale).double() * (shape[0] / scale)
+                err = (got - truth).abs()
+                big = truth.abs() >= 1e-3
+                rel = float((err[big] / truth.abs()[big]).max()) if bool(big.any()) else 0.0
+                magnitude = task.training.gradient_magnitude(inputs, 0, shape[0], truth)
+                ratio = float((err / (tol.atol + tol.rtol * magnitude)).max())
+                w = worst[name]
+                worst[name] = [max(w[0], rel), max(w[1], float(err.max())), max(w[2], ratio)]
+            del inputs, truth
+    cells = " | ".join(f"{w[0]:.1e} / {w[1]:.1e} (x{w[2]:.2f})" for w in worst.values())
+    print(f"| {task.id.value} | {shape[0]}x{shape[1]} | all | {' / '.join(impls)} | {cells} |"
+          f"  ({time.perf_counter() - started:.1f} s)", flush=True)
+
+
 # --- the table --------------------------------------------------------------------------------------
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -149,11 +228,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--tasks", nargs="*", default=[t.value for t in TaskId], choices=[t.value for t in TaskId])
+    forward_ids = [t.value for t in TaskId if not t.value.endswith("_train")]
+    parser.add_argument("--tasks", nargs="*", default=forward_ids, choices=forward_ids)
     parser.add_argument("--kl-shapes", nargs="*", type=parse_shape, help="e.g. 2048x16384 (default: by device)")
     parser.add_argument("--ce-shapes", nargs="*", type=parse_shape, help="e.g. 8192x4096 (default: by device)")
     parser.add_argument("--compile", action="store_true", help="also measure torch.compile of the reference")
+    parser.add_argument("--gradient", action="store_true", help="the training variants' gradients (see above)")
     args = parser.parse_args()
+    if args.gradient:
+        return main_gradient(args)
 
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -163,11 +246,27 @@ def main() -> None:
     print("|---|---|---|---|---|" + "---|" * len(impl_names))
     chosen = {TaskId.KL_DIV: args.kl_shapes, TaskId.CROSS_ENTROPY: args.ce_shapes}
     for task in all_tasks():
-        if task.id.value not in args.tasks:
+        if task.id.value not in args.tasks or task.training is not None:
             continue
         with torch.no_grad():
             for shape in chosen[task.id] or default_shapes(task, device):
                 measure(task, shape, args.seeds, device, args.compile)
+
+
+def main_gradient(args: argparse.Namespace) -> None:
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device {name}, torch {torch.__version__}, {args.seeds} seeds x every distribution; per-row units "
+          "(batch * gradient / scale); cells: max rel error (|truth| >= 1e-3) / max abs error (x worst error "
+          "over tolerance)")
+    print("| task | shape | distributions | implementations | cells |\n|---|---|---|---|---|")
+    chosen = {TaskId.KL_DIV: args.kl_shapes, TaskId.CROSS_ENTROPY: args.ce_shapes}
+    for task in all_tasks():
+        if task.training is None or task.training.forward_task.value not in args.tasks:
+            continue
+        forward = next(t for t in all_tasks() if t.id == task.training.forward_task)
+        for shape in chosen[forward.id] or default_shapes(forward, device):
+            measure_gradient(task, shape, args.seeds, device)
 
 
 if __name__ == "__main__":

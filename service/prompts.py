@@ -78,6 +78,7 @@ class ModelNew(nn.Module):
 
 def generation_prompt(task: Task) -> str:
     forbidden = ", ".join(sorted(task.forbidden_aten_ops)) or "none"
+    training = f"\n{task.training.statement}\n" if task.training else ""
     return f"""You write custom CUDA kernels to replace the pytorch operators in the given architecture to get speedups.
 
 You have complete freedom to choose the set of operators you want to replace. You may make the decision to replace some operators with custom CUDA kernels and leave others unchanged. You may replace multiple operators with custom implementations, consider operator fusion opportunities (combining multiple operators into a single kernel, for example, combining matmul+relu), or algorithmic changes (such as online softmax). You are only limited by your imagination.
@@ -97,7 +98,7 @@ You are given the following architecture:
 ```
 {task.problem_source.rstrip()}
 ```
-
+{training}
 How it is judged: the output must match an fp64 reference within atol={task.tolerance.atol:g}, rtol={task.tolerance.rtol:g} on several fresh random inputs (including inputs drawn from other distributions than get_inputs), with the exact output shape and dtype; the kernel must not call these operators: {forbidden}; it is timed against PyTorch eager and torch.compile on the same GPU.
 
 Optimize the architecture named Model with custom CUDA operators! Name your optimized output architecture ModelNew. Output the new code in codeblocks. Please generate real code, NOT pseudocode, make sure the code compiles and is fully functional. Just output the new model code, no other text, and NO testing code!

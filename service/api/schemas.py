@@ -216,6 +216,8 @@ class TaskSummary(BaseModel):
     title: str
     kernelbench_id: str
     official_shape: list[int]
+    variant: str = Field("forward", description="\"forward\" (the loss) or \"training\" (loss and its gradient).")
+    forward_task: str | None = Field(None, description="For a training variant: the forward task it extends.")
 
 
 class TaskDetail(TaskSummary):
@@ -227,6 +229,9 @@ class TaskDetail(TaskSummary):
     requires_custom_kernel: bool
     min_bytes: int = Field(description="Bytes a perfect kernel must move at the official shape.")
     baselines: list[DeviceBaseline]
+    gradient_tolerance: ToleranceOut | None = Field(
+        None, description="Training variants: the tolerance on batch * gradient / scale, elementwise.")
+    training_statement: str | None = Field(None, description="Training variants: what backward must produce.")
 
 
 class KeyCreate(BaseModel):

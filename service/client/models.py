@@ -76,6 +76,9 @@ class TaskSummary(_View):
     title: str
     kernelbench_id: str
     official_shape: list[int]
+    variant: str = "forward"
+    """"forward" (the loss) or "training" (the loss and its gradient, `forward_task` extended)."""
+    forward_task: str | None = None
 
 
 class Task(TaskSummary):

@@ -161,6 +161,14 @@ class JobAttempt(Base):
     outcome: Mapped[str | None] = mapped_column(String(32))
     """"verdict", "retry" (system_error), "released" (shutdown), "crashed" (lease expired while running),
     "expired" (lease expired before running: not blamed), "lost"."""
+    # Device holds (migration 0006, service.worker.holds): null until the claim reached a device.
+    device: Mapped[str | None] = mapped_column(String(200))
+    """The device this claim executed on, as `host/device` with CUDA_VISIBLE_DEVICES resolved (one lane of the
+    device-busy timeline, service.observability.timeline)."""
+    execute_started_at: Mapped[dt.datetime | None] = mapped_column(index=True)
+    """Just before sandbox.execute: from here the device is this job's."""
+    execute_ended_at: Mapped[dt.datetime | None]
+    """Just after sandbox.execute returned; null while it runs, or when the worker died during it."""
 
 
 class VerdictRow(Base):

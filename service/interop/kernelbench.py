@@ -63,8 +63,9 @@ def parse_kernelbench_id(kernelbench_id: str) -> tuple[int, int]:
 
 
 def task_ids(tasks: Iterable[models.TaskSummary]) -> dict[tuple[int, int], str]:
-    """(level, problem) -> task id, from the server's task list."""
-    return {parse_kernelbench_id(t.kernelbench_id): t.id for t in tasks}
+    """(level, problem) -> task id, from the server's task list. KernelBench's problems are the forward tasks;
+    a training variant shares its problem's id and is never what a KernelBench run generated for."""
+    return {parse_kernelbench_id(t.kernelbench_id): t.id for t in tasks if t.variant == "forward"}
 
 
 def scan_run_dir(run_dir: Path) -> list[KernelFile]:

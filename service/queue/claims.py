@@ -29,7 +29,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sandbox.verdict import Status, Verdict
+from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
 from service.queue.states import ACTIVE, BLAMED, JobState, Outcome
@@ -212,5 +212,5 @@ def verdict_row(submission_id: str, task_id: str, verdict: Verdict, worker_id: s
         speedup_compile=perf.speedups.get("compile") if perf else None,
         speed_of_light=perf.speed_of_light_fraction if perf else None,
         worker_id=worker_id,
-        verdict=verdict.model_dump(mode="json"),
+        verdict=json_ready(verdict),
     )

@@ -1,20 +1,24 @@
 """The judge a worker calls, injected so the worker does not care which one it is.
 
 `SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execute`.
-Candidate code never runs in the worker's process: each sandbox call starts its own isolated child, so
-the worker may call them from threads. `CompileOnlyJudge` is for load tests of the service itself: it runs
-the real `prepare` (extraction, static checks, cached compile) but *does not run the candidate*; its
-verdicts say so and carry no timings, so they are never ranked.
+Candidate code never runs in the worker's process: each candidate runs in its own isolated child, so the
+worker may call them from threads. Between `open` and `close` the judge keeps pre-started children per
+device (`sandbox.warm.WarmPool`, `Settings.warm_spares`) and hands each candidate one of them, so that a
+child's start-up is paid ahead of need, off the device's clock; each child still serves one candidate.
+`CompileOnlyJudge` is for load tests of the service itself: it runs the real `prepare` (extraction, static
+checks, cached compile) but *does not run the candidate*; its verdicts say so and carry no timings, so they
+are never ranked.
 """
 
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import sandbox
 from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict
+from sandbox.warm import WarmPool
 from service.core.config import JudgeMode, Settings
 
 
@@ -24,6 +28,12 @@ class Judge(Protocol):
     def prepare(self, task_id: str, source: str, *, target: str) -> PreparedCandidate | Verdict: ...
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict: ...
+
+    def open(self, devices: list[str]) -> None:
+        """Before the first job: set up what executing on these devices needs (the pre-started children)."""
+
+    def close(self) -> None:
+        """At shutdown: release it (kill the pre-started children)."""
 
 
 def judge_config(settings: Settings) -> JudgeConfig:
@@ -39,17 +49,42 @@ def judge_config(settings: Settings) -> JudgeConfig:
 class SandboxJudge:
     config: JudgeConfig
     mode: str = JudgeMode.SANDBOX.value
+    spares: int | None = None
+    """Pre-started children per device; 0: a child is started for each candidate; None: one per GPU, none for
+    the CPU (Settings.warm_spares)."""
+    pool: WarmPool | None = field(default=None, repr=False)
 
     def prepare(self, task_id: str, source: str, *, target: str) -> PreparedCandidate | Verdict:
         return sandbox.prepare(task_id, source, target=target, config=self.config)
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict:
-        return sandbox.execute(prepared, device, config=self.config)
+        # A ready spare, or one started now for this task; None (no pool, or spares keep failing): cold start,
+        # whose own failure then becomes the verdict (system_error, retried).
+        child = self.pool.acquire(device, prepared.task_id) if self.pool is not None else None
+        return sandbox.execute(prepared, device, config=self.config, child=child)
+
+    def open(self, devices: list[str]) -> None:
+        if self.pool is not None:
+            return
+        if self.spares is None:
+            devices, spares = [d for d in devices if d.startswith("cuda")], 1
+        else:
+            spares = self.spares
+        if spares > 0 and devices:
+            self.pool = WarmPool(devices, self.config, spares=spares)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 @dataclass
 class CompileOnlyJudge(SandboxJudge):
     mode: str = JudgeMode.COMPILE_ONLY.value
+
+    def open(self, devices: list[str]) -> None:
+        """Nothing runs: no children to pre-start."""
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict:
         return Verdict(status=Status.CORRECT, task=prepared.task_id, device=device,
@@ -63,7 +98,7 @@ def make_judge(settings: Settings) -> Judge:
     config = judge_config(settings)
     if settings.mode is JudgeMode.COMPILE_ONLY:
         return CompileOnlyJudge(config)
-    return SandboxJudge(config)
+    return SandboxJudge(config, spares=settings.warm_spares)
 
 
 def system_error(task_id: str, device: str, source_sha256: str, stage: str, exc: BaseException) -> Verdict:

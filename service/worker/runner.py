@@ -42,7 +42,7 @@ from service.observability.logs import job_context
 from service.observability.stats import WorkerStats
 from service.queue import claims as q
 from service.queue.states import HeldPhase, JobState, Outcome
-from service.worker import lifeline, registry
+from service.worker import holds, lifeline, registry
 from service.worker.judging import Judge, crash_loop_verdict, system_error
 
 log = logging.getLogger("service.worker")
@@ -78,7 +78,12 @@ class Worker:
         self.settings = settings
         self.judge = judge
         self.devices = devices
-        self.target = "cpu" if all(d == "cpu" for d in devices) else "cuda"
+        # "cpu:0,cpu:1" are CPU devices too (virtual devices: two executors on one CPU, for tests and benches).
+        self.target = "cpu" if all(d.partition(":")[0] == "cpu" for d in devices) else "cuda"
+        self.lanes = {d: holds.lane(d) for d in devices}
+        """Each device as the device-busy timeline names it (service.worker.holds)."""
+        self.sandbox_devices = {d: holds.sandbox_device(d) for d in devices}
+        """Each device as the sandbox is given it: a virtual CPU device `cpu:N` is the CPU."""
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.policy = q.RetryPolicy(settings.max_attempts, settings.retry_backoff_s, settings.max_worker_crashes)
         self.compile_slots = max(1, settings.compile_workers)
@@ -108,6 +113,8 @@ class Worker:
             registry.register(self.db, self.worker_id, self.devices, self.judge.mode)
         except Exception:  # the row is for people and metrics; leases work without it
             log.exception("could not register in the workers table")
+        # Pre-started children begin now, before the first job is claimed (one pool slot per sandbox device).
+        self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
         threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)]
         if self.settings.build_cache_max_bytes is not None:
             threads.append(threading.Thread(target=self._maintenance, name="maintenance", daemon=True))
@@ -257,12 +264,14 @@ class Worker:
         if not self._advance(claim, JobState.RUNNING):
             return
         self.stats.observe("device_wait", self._phase(claim, HeldPhase.EXECUTING))
+        holds.started(self.db, claim.token, self.lanes[device])
         started = time.monotonic()
         try:
-            verdict = self.judge.execute(prepared, device)
+            verdict = self.judge.execute(prepared, self.sandbox_devices[device])
         except Exception as exc:  # noqa: BLE001 - the judge's own failure: system_error, retried with backoff
             verdict = system_error(claim.task_id, device, claim.source_sha256, "execute", exc)
         busy = time.monotonic() - started
+        holds.ended(self.db, claim.token)
         self.stats.observe("execute", busy)
         self.stats.device_busy(device, busy)
         self._finish(claim, verdict)
@@ -384,6 +393,7 @@ class Worker:
             self.wake.wait(0.1)
             self.wake.clear()
         self._release_all()
+        self.judge.close()  # kills the pre-started children (and any a job still runs after the grace period)
         try:
             registry.stopped(self.db, self.worker_id, self.stats.snapshot())
         except Exception:

@@ -30,6 +30,7 @@ def judge_config(judge_root: Path) -> JudgeConfig:
         call_timeout_s=20.0,
         timing_budget_ms=300.0,
         trials_per_distribution=1,
+        max_reps=30,  # on the CPU the adaptive stop rarely triggers; 30 timed calls give the rules their medians
     )
 
 

@@ -15,9 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from sandbox import Status, judge
 from sandbox import protocol as msg
+from sandbox.timing import DeviceClock, time_batch
 from sandbox.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
     MIN_CLAIM_FRACTION,
@@ -91,9 +93,9 @@ def test_honest_claims_on_a_saturated_host_pass(claim_ms: float) -> None:
     assert timing_bound(*honest(claim_ms), EMPTY_RUNS) is None
 
 
-@pytest.mark.parametrize(("claim_ms", "factor"), [(0.3, 2.0), (0.7, 1.5), (4.0, 1.5)])
+@pytest.mark.parametrize(("claim_ms", "factor"), [(0.3, 2.5), (0.7, 2.0), (4.0, 2.0)])
 def test_understated_claims_are_caught(claim_ms: float, factor: float) -> None:
-    """Calls of 0.7 ms and more understated by a third, a 0.3 ms call by half (RUN_NOISE_MS weighs there)."""
+    """Calls of 0.7 ms and more understated by half, a 0.3 ms call by 2.5x (RUN_NOISE_MS weighs there)."""
     claims, windows, runs = honest(claim_ms)
     breach = timing_bound([c / factor for c in claims], windows, runs, EMPTY_RUNS)
     assert breach is not None and breach.rule == "timing" and "far below" in breach.diagnosis
@@ -104,9 +106,20 @@ def test_the_understatement_the_rule_lets_through_is_what_its_constants_say() ->
     _, windows, runs = honest(4.0)
     floor = call_floor_ms(runs, EMPTY_RUNS)
     assert floor == pytest.approx(statistics.median(runs) - statistics.median(EMPTY_RUNS) - RUN_NOISE_MS)
-    limit = MIN_CLAIM_FRACTION * floor
-    assert timing_bound([limit * 1.01] * 100, windows, runs, EMPTY_RUNS) is None
-    assert timing_bound([limit * 0.99] * 100, windows, runs, EMPTY_RUNS) is not None
+    for device in ("cpu", "cuda"):
+        limit = MIN_CLAIM_FRACTION[device] * floor
+        assert timing_bound([limit * 1.01] * 100, windows, runs, EMPTY_RUNS, device) is None
+        assert timing_bound([limit * 0.99] * 100, windows, runs, EMPTY_RUNS, device) is not None
+
+
+@pytest.mark.parametrize(("claim", "run", "empty", "batch"), [
+    (0.7311, 1.1846, 0.2784, 3), (0.1940, 0.4237, 0.1872, 8), (1.0022, 1.3444, 0.2090, 3), (0.7259, 1.1649, 0.3981, 3)])
+def test_the_gpu_rule_passes_the_honest_kernels_measured_on_an_h100_under_load(claim, run, empty, batch) -> None:
+    """docs/results/timing-bound-h100-2026-11-23.log: honest kernels with 16 busy loops (and one idle row);
+    the same figures with the claim understated 1.6x are caught."""
+    args = ([run + 1] * 20, [run] * 20, [empty] * 10, "cuda", batch)
+    assert timing_bound([claim] * 20, *args) is None
+    assert timing_bound([claim / 1.6] * 20, *args) is not None
 
 
 def test_a_claim_above_its_own_window_is_caught() -> None:
@@ -147,7 +160,9 @@ def test_honest_control_is_correct_while_the_cpus_are_saturated(judge_config, sa
     assert verdict.status is Status.CORRECT, verdict.diagnosis
     timing = verdict.details["timing"]
     calls = timing["timed_calls"] + timing["warmup_calls"]
-    assert timing["scheme"] == "fresh seed per call" and sum(timing["distributions"].values()) == calls
+    assert timing["scheme"].startswith("fresh seed per call") and sum(timing["distributions"].values()) == calls
+    assert timing["batch_size"] == 1, "on the CPU a flush cannot overlap a call: one call per batch"
+    assert len(timing["claims_ms"]) == timing["timed_calls"] == timing["timed_batches"]
     assert set(timing["distributions"]) == {"planted"}, "every timed call is drawn from the shortcut-proof one"
     # Every trial, timed call and extra shape had its own truth computed by the parent.
     assert timing["truth_checks"] == len(verdict.trials) + calls
@@ -186,3 +201,18 @@ def test_work_hidden_in_the_making_of_inputs_is_tamper(judge_config) -> None:
     verdict = judge(meta["task"], path.read_text(), "cpu", config=judge_config)
     assert verdict.status.value == meta["expect"], verdict.diagnosis
     assert re.search(meta["diagnosis"], verdict.diagnosis) and verdict.details.get("rule") == "integrity"
+
+
+def test_a_batch_is_claimed_by_its_mean_so_work_moved_between_its_calls_still_counts() -> None:
+    """A candidate can find every input set of a batch and do all the work in its first call; the batch's
+    claim is its mean, which moving work between calls does not change."""
+    clock = DeviceClock(torch.device("cpu"))
+    data = torch.rand(200_000)
+
+    def heavy() -> object:
+        return [data.exp().sum() for _ in range(8)]
+
+    batch = time_batch(clock, [heavy, lambda: None, lambda: None, lambda: None])
+    assert batch.times_ms[0] > 20 * max(batch.times_ms[1:]), batch.times_ms
+    assert batch.mean_ms == pytest.approx(sum(batch.times_ms) / 4)
+    assert batch.mean_ms > 5 * statistics.median(batch.times_ms), "the median would have hidden the work"

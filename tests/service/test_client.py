@@ -85,7 +85,7 @@ def test_async_client_against_the_app(settings, db):
         return tasks, view, missing
 
     tasks, view, missing = asyncio.run(scenario())
-    assert {t.id for t in tasks} == {"kl_div", "cross_entropy"}
+    assert {t.id for t in tasks} == {"kl_div", "cross_entropy", "kl_div_train", "cross_entropy_train"}
     assert view.sample_index == 3 and view.task == "cross_entropy"
     assert missing.status_code == 404
 

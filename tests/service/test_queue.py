@@ -183,3 +183,22 @@ def test_release_requeues_without_counting_a_crash(db):
     assert row.state is JobState.QUEUED and row.crashes == 0 and row.worker_id is None
     (again,) = q.claim(db, "w2", 1, 60)
     assert again.crashes == 0 and again.job_id == claim.job_id
+
+
+def test_a_verdict_whose_evidence_is_infinite_or_nan_is_stored_and_read_back(db):
+    """An output of inf is evidence (max_abs_error: inf). PostgreSQL's JSON type refuses `Infinity`: before the
+    fix the worker could not record such a verdict, its lease ran out, and the job counted a worker crash."""
+    from sandbox.verdict import TrialResult
+
+    (sub,) = enqueue(db, 1)
+    (claim,) = q.claim(db, "w", 1, 60)
+    trials = [TrialResult(trial=0, distribution="official", shape=[4, 4], seed=1, passed=False,
+                          max_abs_error=float("inf"), max_rel_error=float("nan"), message="inf")]
+    wrong = Verdict(status=Status.INCORRECT, diagnosis="1 of 1 trials failed", task="kl_div", device="cpu",
+                    source_sha256="x", trials=trials, details={"claims_ms": [float("-inf")]})
+    assert q.finish(db, claim.token, wrong, "w", q.RetryPolicy()) == "verdict"
+    with db.transaction(read_only=True) as s:
+        stored = s.scalars(select(VerdictRow).where(VerdictRow.submission_id == sub)).one().verdict
+    back = Verdict.model_validate(stored)
+    assert back.trials[0].max_abs_error == float("inf") and back.trials[0].max_rel_error != back.trials[0].max_rel_error
+    assert stored["details"]["claims_ms"] == ["-Infinity"] and job(db, sub).state is JobState.DONE

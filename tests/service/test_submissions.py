@@ -115,7 +115,7 @@ def test_request_body_over_the_limit_is_413_before_reading(client, auth, setting
 def test_unknown_task_is_404_listing_valid_ids(client, auth):
     response = submit(client, auth, task="softmax")
     assert response.status_code == 404
-    assert response.json()["valid_task_ids"] == ["kl_div", "cross_entropy"]
+    assert response.json()["valid_task_ids"] == ["kl_div", "cross_entropy", "kl_div_train", "cross_entropy_train"]
 
 
 def test_empty_source_is_422(client, auth):

@@ -7,7 +7,7 @@ from reference import get_task
 
 def test_list_tasks(client):
     tasks = client.get("/v1/tasks").json()
-    assert [t["id"] for t in tasks] == ["kl_div", "cross_entropy"]
+    assert [t["id"] for t in tasks] == ["kl_div", "cross_entropy", "kl_div_train", "cross_entropy_train"]
     assert tasks[0]["kernelbench_id"] == "L1-98" and tasks[0]["official_shape"] == [16384, 16384]
 
 
@@ -35,4 +35,4 @@ def test_unknown_task_is_404_with_valid_ids(client):
     for path in ("/v1/tasks/nope", "/v1/tasks/nope/prompt", "/v1/leaderboard/nope"):
         response = client.get(path)
         assert response.status_code == 404
-        assert response.json()["valid_task_ids"] == ["kl_div", "cross_entropy"]
+        assert response.json()["valid_task_ids"] == ["kl_div", "cross_entropy", "kl_div_train", "cross_entropy_train"]

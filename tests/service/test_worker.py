@@ -48,6 +48,12 @@ def state_of(db: Database, sub_id: str) -> JobState:
     return next(j.state for j in jobs(db) if j.submission_id == sub_id)
 
 
+def running_after(db: Database, crashes: int) -> bool:
+    """The only job is executing under a worker that claimed it after `crashes` crashes."""
+    (job,) = jobs(db)
+    return job.state is JobState.RUNNING and job.crashes == crashes
+
+
 def test_worker_judges_real_candidates_and_reuses_the_build(db, spawn, client):
     correct_a, correct_b = submit(db, n=2)
     (rejected,) = submit(db, (CORPUS / "cpu" / "no_candidate.md").read_text(), task="cross_entropy")
@@ -105,8 +111,9 @@ def test_a_job_that_kills_two_workers_gets_a_final_verdict(db, spawn):
         # Held at the start of execution (the drills' fault hook), so the kill lands while the candidate is the
         # one running, never in the few milliseconds while a fast, cached judging records its verdict.
         worker = spawn("worker", JUDGE_FAULT_PAUSE_AT="executing")
-        wait_for(lambda c=crash: state_of(db, sub) is JobState.RUNNING and jobs(db)[0].crashes == c - 1,
-                 JUDGE_S, f"worker {crash} to be running the job")
+        # State and crash count from one read: two reads could pair the dead worker's RUNNING with the new
+        # worker's crash count and kill it while it is still compiling, which is (rightly) not blamed.
+        wait_for(lambda c=crash: running_after(db, c - 1), JUDGE_S, f"worker {crash} to be running the job")
         worker.kill9()
     last = spawn("worker")
     wait_for(lambda: state_of(db, sub) is JobState.DONE, 60, "the final verdict")

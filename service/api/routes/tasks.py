@@ -17,7 +17,9 @@ router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 def _summary(task: Task) -> dict:
     return {"id": task.id.value, "title": task.title, "kernelbench_id": task.kernelbench_id,
-            "official_shape": list(task.official_shape)}
+            "official_shape": list(task.official_shape),
+            "variant": "forward" if task.training is None else "training",
+            "forward_task": task.training.forward_task.value if task.training else None}
 
 
 @router.get("", response_model=list[schemas.TaskSummary], summary="List the tasks")
@@ -44,6 +46,8 @@ def read_task(task: TaskDep, session: ReadSessionDep) -> schemas.TaskDetail:
         requires_custom_kernel=task.requires_custom_kernel,
         min_bytes=task.min_bytes(task.official_shape),
         baselines=baselines,
+        gradient_tolerance=schemas.ToleranceOut(**vars(task.training.gradient_tolerance)) if task.training else None,
+        training_statement=task.training.statement if task.training else None,
     )
 
 

@@ -1,0 +1,302 @@
+"""A precompiled `torch/extension.h`, shared by every candidate build of a host: trusted, built once, read-only.
+
+Why: every `load_inline` main.cpp begins with `#include <torch/extension.h>` (~440k lines once preprocessed),
+and g++ spends most of a main.cpp compile parsing it. With a precompiled header (PCH) the same compile took
+11 CPU-s instead of 31 on the development machine, with byte-identical code (scripts/bench_build.py measures
+it). For a C++-only candidate main.cpp is the whole build; for a CUDA candidate it runs beside nvcc.
+
+Trust: the parent (the judge's own process) builds the PCH from torch's header and torch's own flags, never
+from candidate text, and binds the directory read-only into the build sandbox. Candidate code can neither
+write it nor choose its flags beyond a fixed list of harmless ones (`SAFE_FLAG`: the parent runs g++ with
+them outside any sandbox). A candidate that undoes the hook in its own child (sandbox/build_hooks.py) only
+slows its own build.
+
+Exactness: a PCH is used only for a main.cpp compiled with exactly the flags it was built with (less
+`-DTORCH_EXTENSION_NAME=...`, which no torch header mentions), and g++ checks the rest itself (compiler
+binary, macros the headers test such as `__OPTIMIZE__`) and silently reads the real header when the PCH does
+not fit. The build key does not change: the object code is the same and build.ninja is untouched (the
+child passes the PCH through CPATH), so an execution child's ninja finds the cached build up to date.
+
+Layout under `<cache_root>/build-accel/` (survives restarts; one per host, like the build cache):
+
+    <variant>/torch/extension.h.gch   the PCH; <variant> hashes the compiler, torch and the exact flags
+    <variant>/flags.json              those flags (what the child compares with), and what built it
+    <variant>.lock                    held while it is built, and while eviction removes it
+    <variant>.failed                  the compiler's output, when building it failed (not retried)
+
+A variant is built in a private temporary directory and renamed into place: a reader sees nothing or a
+whole PCH, and two workers asking at once build it once (the second waits on the lock, then finds it).
+At most `MAX_VARIANTS` are kept, least recently used first out (each is ~0.3-0.8 GB).
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ACCEL_DIR = "build-accel"
+CHILD_MOUNT = "/judge-accel"
+"""Where a bubblewrap build child sees the accelerator directory (read-only)."""
+PCH_NAME = "torch/extension.h.gch"
+FLAGS_FILE = "flags.json"
+USED_FILE = "used"
+MAX_VARIANTS = 4
+"""Variants kept: no extra flags, and the common optimisation levels (-O2, -O3) fit with room to spare."""
+MAX_PER_CANDIDATE = 2
+"""Variants one candidate may cause to be built (each costs about one main.cpp compile, once per host)."""
+BUILD_TIMEOUT_S = 900.0
+SAFE_FLAG = r"-O[0-3sg]?|-Ofast|-g[0-3]?|-w|-Wall|-Wextra|-Wno-[a-z0-9-]+|-DNDEBUG|-ffast-math|-funroll-loops"
+"""extra_cflags a PCH may be built with: plain optimisation, debug and warning flags. Anything else (paths,
+plugins, specs, defines) would let candidate text steer a compiler the parent runs outside the sandbox."""
+
+
+def accel_root(cache_root: Path) -> Path:
+    return cache_root / ACCEL_DIR
+
+
+def child_path(cache_root: Path, mechanism: str) -> str:
+    """Where the build child finds the accelerator directory: bubblewrap binds it at CHILD_MOUNT."""
+    return CHILD_MOUNT if mechanism == "bwrap" else str(accel_root(cache_root))
+
+
+def _is_safe(flag: str) -> bool:
+    return re.fullmatch(SAFE_FLAG, flag) is not None
+
+
+# --- which variants a candidate needs ------------------------------------------------------------------
+
+def wanted_flag_sets(source: str) -> list[tuple[str, ...]]:
+    """The `extra_cflags` of the candidate's load_inline/load calls, where they are literal and harmless.
+
+    A guess from the source text (the real flags are only known when the candidate runs): a wrong guess
+    costs nothing but the speed-up, since the child uses a PCH only on an exact match.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found: list[tuple[str, ...]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name not in ("load_inline", "load"):
+            continue
+        flags: tuple[str, ...] | None = ()
+        for kw in node.keywords:
+            if kw.arg != "extra_cflags":
+                continue
+            if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                flags = ()
+            elif isinstance(kw.value, (ast.List, ast.Tuple)) and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts):
+                flags = tuple(e.value.strip() for e in kw.value.elts if e.value.strip())
+            else:
+                flags = None  # computed at run time: cannot know
+        if flags is not None and all(_is_safe(f) for f in flags) and flags not in found:
+            found.append(flags)
+    return found[:MAX_PER_CANDIDATE]
+
+
+# --- the flags torch compiles main.cpp with ----------------------------------------------------------
+
+def normalise(cflags: list[str] | str) -> list[str]:
+    """Tokens of a compile's flags, without the per-extension name (which no torch header mentions)."""
+    text = cflags if isinstance(cflags, str) else " ".join(cflags)
+    return [t for t in shlex.split(text) if not t.startswith("-DTORCH_EXTENSION_NAME=")]
+
+
+def torch_compile_flags(target: str, extra: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(compiler, flags) that this torch's load_inline uses for main.cpp: asked of torch itself, so that
+    its version's choices (-std=c++17 or c++20, include directories) are the ones the PCH is built with."""
+    import inspect
+
+    import torch.utils.cpp_extension as ext
+
+    with tempfile.TemporaryDirectory(prefix="judge-pch-flags-") as tmp:
+        ninja = os.path.join(tmp, "build.ninja")
+        wanted = dict(path=ninja, name="judge_pch", sources=[os.path.join(tmp, "main.cpp")],
+                      extra_cflags=list(extra), extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=[],
+                      extra_include_paths=[], with_cuda=target == "cuda", with_sycl=False, is_standalone=False)
+        params = inspect.signature(ext._write_ninja_file_to_build_library).parameters
+        ext._write_ninja_file_to_build_library(**{k: v for k, v in wanted.items() if k in params})
+        lines = Path(ninja).read_text().splitlines()
+    values = {}
+    for line in lines:  # top-level `name = value` bindings; rules and builds are indented or have no '='
+        name, sep, value = line.partition(" = ")
+        if sep and not line.startswith(" "):
+            values[name] = value
+    return values["cxx"], normalise(values["cflags"])
+
+
+def header_path(flags: list[str]) -> Path | None:
+    """torch/extension.h as the compile would find it: in the first include directory that has it."""
+    for i, tok in enumerate(flags[:-1]):
+        if tok in ("-isystem", "-I"):
+            candidate = Path(flags[i + 1]) / "torch" / "extension.h"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def variant_id(compiler: str, compiler_version: str, torch_version: str, flags: list[str]) -> str:
+    text = json.dumps([compiler, compiler_version, torch_version, flags])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+# --- building a variant, once per host ---------------------------------------------------------------
+
+@contextmanager
+def _locked(path: Path, *, blocking: bool = True) -> Iterator[bool]:
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _complete(variant_dir: Path) -> bool:
+    return (variant_dir / FLAGS_FILE).is_file() and (variant_dir / PCH_NAME).is_file()
+
+
+def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: float = BUILD_TIMEOUT_S) -> Path | None:
+    """The variant directory for these flags, built now if missing; None when it cannot be built here.
+
+    Safe with any number of concurrent callers, in threads or processes: one builds, the rest wait for
+    its lock and then find it (or its `.failed` record)."""
+    import torch
+
+    from sandbox.compile import tool_version
+
+    header = header_path(flags)
+    if header is None:
+        return None
+    vid = variant_id(compiler, tool_version((*shlex.split(compiler), "-dumpfullversion")), torch.__version__, flags)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / vid
+    if _complete(final):
+        return final
+    failed = root / f"{vid}.failed"
+    with _locked(root / f"{vid}.lock"):
+        if _complete(final):
+            return final
+        if failed.exists():
+            return None
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-", dir=root))
+        try:
+            (tmp / "torch").mkdir()
+            argv = [*shlex.split(compiler), *flags, "-x", "c++-header", str(header), "-o", str(tmp / PCH_NAME)]
+            started = time.monotonic()
+            try:
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return None  # a loaded host: try again another time
+            except OSError as exc:
+                failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
+                return None
+            if proc.returncode != 0 or not (tmp / PCH_NAME).is_file():
+                failed.write_text(f"{shlex.join(argv)}\n{proc.stdout}{proc.stderr}")
+                return None
+            (tmp / FLAGS_FILE).write_text(json.dumps({
+                "flags": flags, "compiler": compiler, "header": str(header), "torch": torch.__version__,
+                "seconds": round(time.monotonic() - started, 1)}))
+            os.chmod(tmp, 0o755)
+            shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed builder
+            tmp.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    _evict(root, keep=final)
+    return final
+
+
+def _evict(root: Path, keep: Path, max_variants: int = MAX_VARIANTS) -> None:
+    """Drop the least recently used variants beyond max_variants (never one being built or `keep`).
+    A build child that was about to read a removed PCH simply reads the real header: same result."""
+    variants = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and _complete(p)]
+    if len(variants) <= max_variants:
+        return
+    for path in sorted(variants, key=_last_used)[:len(variants) - max_variants]:
+        if path == keep:
+            continue
+        with _locked(root / f"{path.name}.lock", blocking=False) as got:
+            if got:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _last_used(path: Path) -> float:
+    used = path / USED_FILE
+    return used.stat().st_mtime if used.exists() else (path / FLAGS_FILE).stat().st_mtime
+
+
+def _touch(variant: Path) -> None:
+    try:
+        (variant / USED_FILE).touch()
+    except OSError:
+        pass
+
+
+# --- the entry point for the pipeline ------------------------------------------------------------------
+
+def prepare(cache_root: Path, target: str, source: str) -> Path | None:
+    """Make sure the PCH variants this candidate will probably use exist; the directory to bind into its
+    build child, or None when there is nothing to offer (no load_inline, no g++, an unusable torch)."""
+    sets = wanted_flag_sets(source)
+    if not sets:
+        return None
+    root = accel_root(cache_root)
+    offered = None
+    for extra in sets:
+        try:
+            compiler, flags = torch_compile_flags(target, extra)
+        except Exception:  # noqa: BLE001 - torch could not describe its build (no CUDA here, say): no PCH
+            continue
+        variant = build_variant(root, compiler, flags)
+        if variant is not None:
+            _touch(variant)
+            offered = root
+    return offered
+
+
+def warm(cache_root: Path, target: str, flag_sets: list[tuple[str, ...]] | None = None) -> list[Path]:
+    """Build the usual variants ahead of the first candidate (a deployment step; see scripts/bench_build.py)."""
+    built = []
+    for extra in flag_sets if flag_sets is not None else [(), ("-O2",), ("-O3",)]:
+        compiler, flags = torch_compile_flags(target, extra)
+        variant = build_variant(accel_root(cache_root), compiler, flags)
+        if variant is not None:
+            built.append(variant)
+    return built
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    from sandbox.config import JudgeConfig
+
+    parser = argparse.ArgumentParser(prog="python -m sandbox.build_accel",
+                                     description="Build the precompiled torch/extension.h variants now.")
+    parser.add_argument("--target", choices=["cpu", "cuda"], default="cuda")
+    args = parser.parse_args(argv)
+    for variant in warm(JudgeConfig().cache_root, args.target):
+        print(variant, json.loads((variant / FLAGS_FILE).read_text()).get("seconds"))
+
+
+if __name__ == "__main__":
+    main()

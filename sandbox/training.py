@@ -1,0 +1,444 @@
+"""The training variants in the trusted parent: gradients checked against fp64 truth, the step timed, baselines.
+
+For tasks with `task.training` set (kl_div_train, cross_entropy_train; reference/training.py). The child
+side is sandbox/training_child.py. What changes from the forward judge (sandbox/execute.py), and why:
+
+- Each trial and each timed step is forward + backward on fresh seeded inputs, with an incoming gradient
+  `scale` from the seed. The loss is checked as for the forward task; then, and only after the step ran,
+  the parent draws a weight seed and a row sample with `secrets` and asks the child for the gradient
+  (`grad_check`). Every row is checked through its projection on the fresh weights: for each row r,
+  |sum_j w_j (g_rj - t_rj)| <= sum_j |w_j| (atol + rtol |t_rj|), which any gradient within the elementwise
+  tolerance satisfies, so no honest kernel can fail it, while a wrong row (a zero, sub-sampled, cached or
+  unscaled gradient) fails it unless its errors happen to cancel against weights it never saw. The sampled
+  rows (all of them at CPU sizes, `GRAD_SAMPLE_BYTES` worth at official sizes) are compared elementwise.
+  Both in per-row units, batch * gradient / scale (reference/training.py says why).
+- The candidate's gradient must come from its own code: the backward ran code it built, or the loss's
+  graph holds a custom autograd.Function (a fused forward whose backward only scales the saved gradient).
+  Forbidden operators (forward ones and their backward operators) are tripwires in backward as in forward.
+- Timing: the step (forward + backward) is the score, timed exactly as a forward call is (fresh seed per
+  call, every step's loss and gradient checked); the forward alone is timed after it (fresh seeds, every
+  loss checked) and reported in `details["training"]`. Peak device memory is the step's.
+- Baselines: eager and torch.compile of the same step (and of the forward alone), and Liger-Kernel's fused
+  loss as an extra step row where it is installed and agrees with the fp64 truth (`measure_baselines`, run
+  in the trusted baseline subprocess).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from reference import Task
+from reference.task import row_chunks
+from reference.training import grad_output_scale
+from sandbox import cputime, plausibility
+from sandbox import protocol as msg
+from sandbox.compare import compare, dtype_name, tensor_from_bytes
+from sandbox.execute import Execution, TimedCall, _Stop
+from sandbox.timing import summarize
+from sandbox.training_child import projection_weights
+from sandbox.verdict import Status, TimingStats, TrialResult
+
+GRAD_SAMPLE_BYTES = 8 << 20
+"""Raw gradient rows read back per checked step: all rows at the CPU sizes (128 KiB), 128 rows of kl_div
+(512 of cross_entropy) at the official sizes, where the whole 1 GiB gradient would cost ~1 s per step."""
+PROJECTION_SLACK = 1e-9
+"""Relative fp64 rounding allowed in a row projection beyond the tolerance (the sums' error is ~1e-13)."""
+
+
+@dataclass(frozen=True)
+class GradientTruth:
+    """What the parent knows about one step's gradient before asking for it, in per-row units."""
+
+    scale: float
+    weight_seed: int
+    rows: list[int]
+    projections: torch.Tensor
+    """fp64 (batch,): each truth row projected on the weights."""
+    bounds: torch.Tensor
+    """fp64 (batch,): sum_j |w_j| (atol + rtol |t_rj|) + rounding slack, per row."""
+    sampled: torch.Tensor
+    """fp64 (len(rows), cols): the truth of the sampled rows."""
+    magnitudes: torch.Tensor
+    """fp64 (len(rows), cols): what rtol applies to in the sampled rows (Training.gradient_magnitude)."""
+
+
+@dataclass(frozen=True)
+class GradientResult:
+    passed: bool
+    message: str | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+
+
+def sample_rows(rows: int, cols: int) -> list[int]:
+    """Every row where the gradient is small, else a fresh random sample worth GRAD_SAMPLE_BYTES."""
+    if rows * cols * 4 <= GRAD_SAMPLE_BYTES:
+        return list(range(rows))
+    k = max(1, GRAD_SAMPLE_BYTES // (cols * 4))
+    return sorted(secrets.SystemRandom().sample(range(rows), k))
+
+
+def gradient_truth(task: Task, inputs: list[torch.Tensor], seed: int) -> GradientTruth:
+    """fp64 truth for one step, chunk by chunk on the inputs' device; a fresh weight seed and row sample."""
+    spec = task.training
+    rows, cols = inputs[spec.grad_input].shape
+    device = inputs[spec.grad_input].device
+    tol = spec.gradient_tolerance
+    weight_seed, sample = secrets.randbits(62), sample_rows(rows, cols)
+    weights = projection_weights(cols, weight_seed, device)
+    wanted = torch.tensor(sample, dtype=torch.int64)
+    projections, bounds, sampled, magnitudes = [], [], [], []
+    chunks = row_chunks(rows, cols)
+    for start in chunks:
+        stop = min(rows, start + chunks.step)
+        truth = spec.gradient_truth(inputs, start, stop).mul_(rows)
+        projections.append(torch.mv(truth, weights))
+        magnitude = spec.gradient_magnitude(inputs, start, stop, truth)
+        inside = (wanted[(wanted >= start) & (wanted < stop)] - start).to(device)
+        if inside.numel():
+            sampled.append(truth[inside])
+            magnitudes.append(magnitude[inside])
+        bounds.append(torch.mv(magnitude * tol.rtol + tol.atol, weights.abs()) +
+                      PROJECTION_SLACK * torch.mv(truth.abs_(), weights.abs()))
+        del truth, magnitude
+    empty = torch.zeros(0, cols, dtype=torch.float64)
+    return GradientTruth(scale=grad_output_scale(seed), weight_seed=weight_seed, rows=sample,
+                         projections=torch.cat(projections).cpu(), bounds=torch.cat(bounds).cpu(),
+                         sampled=torch.cat(sampled).cpu() if sampled else empty,
+                         magnitudes=torch.cat(magnitudes).cpu() if magnitudes else empty)
+
+
+def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, reply: msg.GradCheckReply,
+                   payloads: list[bytes]) -> GradientResult:
+    """The child's gradient report against the truth (module doc); ValueError for malformed payloads."""
+    rows, cols = shape
+    if reply.dtype != dtype_name(torch.float32):
+        return GradientResult(False, f"predictions.grad has dtype {reply.dtype}, expected float32")
+    if list(reply.shape) != [rows, cols]:
+        return GradientResult(False, f"predictions.grad has shape {reply.shape}, expected {[rows, cols]}")
+    if len(payloads) != 2:
+        raise ValueError(f"expected 2 gradient payloads, got {len(payloads)}")
+    to_rows = rows / truth.scale  # raw gradient -> per-row units
+    projections = tensor_from_bytes(payloads[0], "float64", [rows]) * to_rows
+    finite = torch.isfinite(projections)
+    if not bool(finite.all()):
+        bad = int((~finite).nonzero()[0])
+        return GradientResult(False, f"the gradient has NaN/Inf values in {int((~finite).sum())} row(s); "
+                              f"first row {bad}")
+    excess = (projections - truth.projections).abs() - truth.bounds
+    wrong = (excess > 0).nonzero().flatten()
+    if wrong.numel():
+        r = int(wrong[0])
+        return GradientResult(False, (
+            f"the gradient is wrong in {wrong.numel()} of {rows} rows (each row checked through a projection on "
+            f"random weights drawn after the step): first row {r}, projection {float(projections[r]):.9g}, expected "
+            f"{float(truth.projections[r]):.9g} (bound {float(truth.bounds[r]):.3g}); the gradient must be computed on "
+            "every step, for every row, from that step's inputs and scaled by the incoming gradient"))
+    sampled = tensor_from_bytes(payloads[1], "float32", [len(truth.rows), cols]).double() * to_rows
+    tol = task.training.gradient_tolerance
+    if not bool(torch.isfinite(sampled).all()):
+        return GradientResult(False, "the gradient has NaN/Inf values")
+    error = (sampled - truth.sampled).abs()
+    excess = error - (tol.atol + tol.rtol * truth.magnitudes)
+    relative = float((error / truth.magnitudes.clamp_min(1e-300)).max()) if error.numel() else 0.0
+    worst = float(error.max()) if error.numel() else 0.0
+    if error.numel() and bool((excess > 0).any()):
+        flat = int(excess.argmax())
+        r, c = divmod(flat, cols)
+        return GradientResult(False, (
+            f"the gradient (in per-row units, batch * grad / scale) at row {truth.rows[r]}, column {c}: expected "
+            f"{float(truth.sampled[r, c]):.9g}, got {float(sampled[r, c]):.9g}, error {float(error[r, c]):.3g} exceeds "
+            f"atol {tol.atol:g} + rtol {tol.rtol:g} * {float(truth.magnitudes[r, c]):.3g}"), worst, relative)
+    return GradientResult(True, None, worst, relative)
+
+
+@dataclass
+class TrainingExecution(Execution):
+    """`Execution` whose calls are training steps; phases and verdicts as in sandbox/execute.py."""
+
+    forward_only: bool = False
+    """Set while the forward alone is timed (after the step)."""
+    backward_evidence: set[str] = field(default_factory=set)
+    custom_function: bool = False
+    gradient_stats: list[dict[str, Any]] = field(default_factory=list)
+
+    def truths(self, shape: tuple[int, ...], distribution: str, seed: int,
+               gradient: bool = True) -> tuple[torch.Tensor, list[str], GradientTruth | None]:
+        """fp64 loss truth, input fingerprints and (unless the forward alone is timed) the gradient's truth."""
+        from sandbox.compare import fingerprint
+
+        inputs = self.task.make_inputs(shape, distribution, seed, torch.device(self.device))
+        loss = self.task.ground_truth(inputs).cpu()
+        prints = fingerprint(inputs)
+        grad = gradient_truth(self.task, inputs, seed) if gradient else None
+        del inputs
+        self.truth_checks += 1
+        return loss, prints, grad
+
+    def check_grad(self, truth: GradientTruth, shape: tuple[int, ...], step: str) -> GradientResult:
+        """Ask for the gradient the step left (weights and rows only now) and check it."""
+        reply, raw = self.ask(msg.GradCheck(rows=truth.rows, weight_seed=truth.weight_seed), msg.GradCheckReply,
+                              step, self.config.call_timeout_s)
+        try:
+            result = check_gradient(self.task, shape, truth, reply, raw.payloads)
+        except ValueError as exc:
+            raise _Stop(Status.TAMPER_DETECTED, f"{step}: malformed gradient payload: {exc}", rule="protocol") from None
+        self.gradient_stats.append({"max_abs_error": result.max_abs_error, "max_rel_error": result.max_rel_error})
+        return result
+
+    # --- correctness ------------------------------------------------------------------------------
+
+    def trial(self, index: int, shape: tuple[int, ...], distribution: str, *, extra: bool = False) -> TrialResult:
+        seed = secrets.randbits(62)
+        truth, prints, grad_truth = self.truths(shape, distribution, seed)
+        step = f"{'extra shape' if extra else 'trial'} {index} ({distribution}, shape {list(shape)})"
+        reply, raw = self.ask(msg.Trial(shape=list(shape), distribution=distribution, seed=seed), msg.TrainTrialReply,
+                              step, self.config.call_timeout_s)
+        base = {"trial": index, "distribution": distribution, "shape": list(shape), "seed": seed}
+        if reply.rejected_output:
+            return TrialResult(**base, passed=False, message=reply.rejected_output)
+        assert isinstance(reply, msg.TrainTrialReply)
+        if reply.before != prints:
+            raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
+                        "the input generator was tampered with", rule="inputs", judge=prints, child=reply.before)
+        if reply.after != prints:
+            return TrialResult(**base, passed=False, message="forward() or backward() modified its inputs in place")
+        self.custom_evidence.update(reply.custom_calls, reply.custom_ops, reply.custom_kernels)
+        self.backward_evidence.update(reply.backward_custom_calls, reply.backward_custom_ops,
+                                      reply.backward_custom_kernels)
+        self.custom_function = self.custom_function or reply.custom_function
+        try:
+            out = self.output(reply, raw.payloads, step)
+        except _Stop as stop:
+            if stop.status is Status.INCORRECT:
+                return TrialResult(**base, passed=False, message=stop.diagnosis)
+            raise
+        cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
+        fields = dict(max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error, worst_index=cmp.worst_index,
+                      expected=cmp.expected, got=cmp.got)
+        if not cmp.passed:
+            return TrialResult(**base, passed=False, message=f"loss: {cmp.message}", **fields)
+        grad = self.check_grad(grad_truth, shape, step)
+        return TrialResult(**base, passed=grad.passed, message=grad.message, **fields)
+
+    def correctness(self) -> None:
+        super().correctness()
+        if self.task.requires_custom_kernel and not (self.backward_evidence or self.custom_function):
+            raise _Stop(Status.POLICY_VIOLATION, "the gradient did not come from the candidate's own code: backward "
+                        "ran no code the candidate compiled, and the loss has no custom torch.autograd.Function (write "
+                        "a Function whose backward runs your kernel, or whose forward computes the gradient)",
+                        rule="custom_backward_required")
+
+    # --- timing -----------------------------------------------------------------------------------
+
+    def timing(self, baselines: dict, details: dict[str, Any]) -> tuple[Any, bool]:
+        """The step as the score (Execution.timing, every step checked), then the forward alone."""
+        perf, hidden = super().timing(baselines, details)
+        reps, warmup = details["timing"]["timed_calls"], details["timing"]["warmup_calls"]
+        pool = self.timing_distributions()
+        self.forward_only = True
+        try:
+            calls = [self.timed_call(i, secrets.choice(pool)) for i in range(warmup + reps)][warmup:]
+        finally:
+            self.forward_only = False
+        claims = [c.claim_ms for c in calls]
+        breach = plausibility.timing_bound(claims, [c.window_ms for c in calls], [c.run_ms for c in calls],
+                                           [c.run_ms for c in self.empty_calls], torch.device(self.device).type)
+        if breach:
+            raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,
+                        **breach.details)
+        forward = TimingStats(**summarize(claims))
+        bandwidth = perf.bandwidth_bytes_per_s
+        forward_bytes = self.task.training.forward_min_bytes(self.shape)
+        breach = plausibility.speed_of_light(forward.median_ms, forward_bytes, bandwidth,
+                                             torch.device(self.device).type)
+        if breach:
+            raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,
+                        **breach.details)
+        forward_baselines = {name: TimingStats(**v) for name, v in baselines.get("forward_baselines", {}).items()}
+        details["training"] = {
+            "step": "forward + loss.backward(scale), one timed call; performance.candidate is the step",
+            "forward": forward.model_dump(),
+            "forward_baselines": {k: v.model_dump() for k, v in forward_baselines.items()},
+            "forward_speedups": {k: v.median_ms / forward.median_ms for k, v in forward_baselines.items()},
+            "forward_min_bytes": forward_bytes,
+            "forward_speed_of_light_fraction": (forward_bytes / bandwidth * 1e3) / forward.median_ms if bandwidth
+            else None,
+            "backward_share": max(0.0, 1.0 - forward.median_ms / perf.candidate.median_ms),
+            "gradient_checks": len(self.gradient_stats),
+            "gradient_max_rel_error": max((s["max_rel_error"] or 0.0 for s in self.gradient_stats), default=None),
+            "backward_runs_candidate_code": bool(self.backward_evidence),
+            "custom_autograd_function": self.custom_function,
+            "baselines_skipped": baselines.get("skipped", {}),
+        }
+        return perf, hidden
+
+    def batch_size(self) -> int:
+        """One step per timed round trip: each step's gradient is checked between its `go` and its `inspect`."""
+        return 1
+
+    def timed_batch(self, index: int, distributions: tuple[str, ...], *, empty: bool = False) -> TimedCall:
+        """Execution's timing phase asks for batches; a training task's are one step each."""
+        if len(distributions) != 1:
+            raise ValueError(f"a training task times one step per round trip, not {len(distributions)}")
+        return self.timed_call(index, distributions[0], empty=empty)
+
+    def timed_call(self, index: int, distribution: str, *, empty: bool = False) -> TimedCall:
+        """arm -> go (the step, or the forward alone, timed) -> grad_check (steps) -> inspect; every output checked.
+
+        The same round trips as Execution's timed calls, with the gradient check between `go` and `inspect`.
+        """
+        assert self.session is not None
+        what = "forward" if self.forward_only else "step"
+        step = f"{'empty ' if empty else ''}timed {what} {index} ({distribution})"
+        seed = secrets.randbits(62)
+        timeout = self.config.call_timeout_s
+        arm = msg.Arm(shape=list(self.shape), distribution=distribution, seed=seed, null=empty,
+                      forward_only=self.forward_only and not empty)
+        self.session.send(arm.model_dump())
+        # The child is making its inputs, not timing: the parent's own work for this call goes here.
+        truth, prints, grad_truth = ((None, None, None) if empty else
+                                     self.truths(self.shape, distribution, seed, gradient=not self.forward_only))
+        armed, _ = self.read(self.session.receive(timeout), msg.ArmReply, step)
+        if prints is not None and armed.before != prints:
+            raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
+                        "the input generator was tampered with", rule="inputs", judge=prints, child=armed.before)
+        ran = cputime.tree_ns(self.session.process.pid)
+        started = time.perf_counter()
+        raw = self.session.request(msg.Go().model_dump(), timeout)
+        window_ms = (time.perf_counter() - started) * 1e3
+        run_ms = (cputime.tree_ns(self.session.process.pid) - ran) / 1e6
+        went, _ = self.read(raw, msg.GoReply, step)
+        if went.rejected_output:
+            raise _Stop(Status.INCORRECT, f"{step}: {went.rejected_output}")
+        assert isinstance(went, msg.GoReply)
+        out = self.output(went, raw.payloads, step)
+        timed = _timed_call(distribution, went, window_ms, run_ms)
+        if empty:
+            self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
+            return timed
+        cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
+        if not cmp.passed:
+            raise _Stop(Status.INCORRECT, f"{step} returned a wrong loss ({cmp.message}): results must be computed "
+                        "on every call from that call's inputs, not cached, deferred or estimated")
+        if grad_truth is not None:
+            grad = self.check_grad(grad_truth, self.shape, step)
+            if not grad.passed:
+                raise _Stop(Status.INCORRECT, f"{step} left a wrong gradient: {grad.message}")
+        inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
+        if inspected.after != prints:
+            raise _Stop(Status.INCORRECT, f"{step}: forward() or backward() modified its inputs in place")
+        if not self.forward_only and inspected.peak_memory_bytes is not None:
+            self.peak_memory = max(self.peak_memory or 0, inspected.peak_memory_bytes)
+        return timed
+
+
+def _timed_call(distribution: str, went: msg.GoReply, window_ms: float, run_ms: float) -> TimedCall:
+    """A `TimedCall` of one call (its per-batch fields, where Execution's version has them, for one call)."""
+    values = dict(distribution=distribution, claim_ms=went.time_ms, window_ms=window_ms, run_ms=run_ms,
+                  hidden_work=went.hidden_work, calls=1, claims_ms=(went.time_ms,), distributions=(distribution,))
+    return TimedCall(**{k: v for k, v in values.items() if k in TimedCall.__dataclass_fields__})
+
+
+# --- baselines (trusted subprocess: python -m sandbox.baseline) ---------------------------------------------
+
+def _liger_loss(task: Task) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+    """Liger-Kernel's fused loss for this task with the task's semantics, or None where it is not installed.
+
+    kl_div: LigerKLDIVLoss(reduction="batchmean") takes log-probabilities, like F.kl_div, so the step is
+    liger(log(predictions), targets) (the log and its backward are part of what a user of it pays).
+    cross_entropy: LigerCrossEntropyLoss() with its defaults (mean, ignore_index -100) is F.cross_entropy.
+    Note: Liger's cross entropy writes the gradient into the logits' memory during the forward.
+    """
+    try:
+        from liger_kernel.transformers import LigerCrossEntropyLoss, LigerKLDIVLoss
+    except Exception:  # noqa: BLE001 - not installed (or broken): the row is skipped and says so
+        return None
+    from reference import TaskId
+
+    if task.training.forward_task == TaskId.KL_DIV:
+        kl = LigerKLDIVLoss(reduction="batchmean", log_target=False)
+        return lambda p, t: kl(torch.log(p), t)
+    ce = LigerCrossEntropyLoss()
+    return lambda x, y: ce(x, y)
+
+
+def _agrees(task: Task, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> str | None:
+    """None when fn's loss and gradient match fp64 truth within the task's tolerances, else why not."""
+    from reference.training import full_gradient
+
+    leaf = inputs[0].detach().clone().requires_grad_(True)
+    rest = [t.clone() for t in inputs[1:]]
+    truth_loss = float(task.ground_truth(inputs))
+    truth_grad = full_gradient(task, inputs) * inputs[0].shape[0]
+    loss = fn(leaf, *rest)
+    loss.backward()
+    got = compare(loss.detach().cpu().reshape(()), torch.tensor(truth_loss, dtype=torch.float64),
+                  task.tolerance.atol, task.tolerance.rtol)
+    if not got.passed:
+        return f"loss: {got.message}"
+    tol = task.training.gradient_tolerance
+    rows = inputs[0].shape[0]
+    magnitude = task.training.gradient_magnitude(inputs, 0, rows, truth_grad)
+    error = (leaf.grad.double() * rows - truth_grad).abs()
+    bad = error > tol.atol + tol.rtol * magnitude
+    return None if not bool(bad.any()) else (f"gradient: {int(bad.sum())} elements outside the tolerance, worst error "
+                                             f"{float(error.max()):.3g} (per-row units)")
+
+
+def measure_baselines(task: Task, device: torch.device, shape: tuple[int, ...], names: tuple[str, ...],
+                      config: Any) -> dict:
+    """Eager and torch.compile of the step (and of the forward alone), plus Liger's fused loss where it fits."""
+    from sandbox import baseline, timing
+
+    inputs = task.make_inputs(shape, task.distributions[0], 1234, device)
+    leaf = inputs[task.training.grad_input].detach().clone().requires_grad_(True)
+    args = [leaf, *inputs[1:]]
+    model = task.model_cls().to(device)
+    clock = timing.DeviceClock(device)
+    clock.calibrate()
+    result: dict = {"baselines": {}, "forward_baselines": {}, "skipped": {},
+                    "bandwidth_bytes_per_s": baseline.measure_bandwidth(device)}
+
+    def timed(fn: Callable[[], object]) -> tuple[dict, int | None]:
+        est = timing.time_calls(clock, fn, reps=3, warmup=2)
+        reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps,
+                                        config.max_reps)
+        base = None
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device)
+        times = timing.time_calls(clock, fn, reps=reps, warmup=warmup)
+        peak = torch.cuda.max_memory_allocated(device) - base if base is not None else None
+        return timing.summarize(times.times_ms), peak
+
+    def step_of(fn: Callable[..., torch.Tensor]) -> Callable[[], object]:
+        def step() -> object:
+            leaf.grad = None
+            loss = fn(*args)
+            loss.backward()
+            return loss
+        return step
+
+    for name in names:
+        fn = torch.compile(model) if name == "compile" else model
+        result["baselines"][name], peak = timed(step_of(fn))
+        if name == "eager" and peak is not None:
+            result["reference_peak_memory_bytes"] = peak
+        result["forward_baselines"][name], _ = timed(lambda fn=fn: fn(*args))
+    liger = _liger_loss(task) if device.type == "cuda" else None
+    if liger is None:
+        result["skipped"]["liger"] = ("Liger-Kernel is not installed" if device.type == "cuda"
+                                      else "Liger-Kernel runs on CUDA only")
+    else:
+        why = _agrees(task, liger, task.make_inputs(shape, "planted", 4321, device))
+        if why:
+            result["skipped"]["liger"] = f"disagrees with the fp64 truth: {why}"
+        else:
+            result["baselines"]["liger"], result["liger_peak_memory_bytes"] = timed(step_of(liger))
+    return result
