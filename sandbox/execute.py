@@ -94,6 +94,16 @@ class TimedCall:
     distributions: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class CallTruth:
+    """What the parent knows of one timed call before it runs: the fp64 output and the inputs' fingerprints;
+    `gradient`, for a training step (sandbox/training.py, GradientTruth)."""
+
+    output: torch.Tensor
+    prints: list[str]
+    gradient: Any = None
+
+
 @dataclass
 class Execution:
     """The state of one candidate's run and its phases, in the order `execute` calls them."""
@@ -254,12 +264,7 @@ class Execution:
         reps, _ = plan_reps(est.estimate_ms, self.config.timing_budget_ms, self.config.min_reps, self.config.max_reps)
         size = self.batch_size()
         pool = self.timing_distributions()
-        warm = [self.timed_batch(i, self.draw(pool, size)) for i in range(WARMUP_BATCHES)]
-        timed: list[TimedCall] = []
-        while sum(b.calls for b in timed) < reps:
-            timed.append(self.timed_batch(len(warm) + len(timed), self.draw(pool, size)))
-            if len(timed) >= MIN_BATCHES and _precise(timed):
-                break
+        warm, timed = self.timed_batches(reps, size)
         claims = [b.claim_ms for b in timed]
         windows = [b.window_ms for b in timed]
         runs = [b.run_ms for b in timed]
@@ -293,6 +298,18 @@ class Execution:
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
         return perf, details["timing"]["hidden_work"]
+
+    def timed_batches(self, reps: int, size: int) -> tuple[list[TimedCall], list[TimedCall]]:
+        """(warm-up, timed) batches of `size` calls with fresh distributions, until the median batch mean is
+        precise enough (TIMING_PRECISION, after MIN_BATCHES) or `reps` calls were timed."""
+        pool = self.timing_distributions()
+        warm = [self.timed_batch(i, self.draw(pool, size)) for i in range(WARMUP_BATCHES)]
+        timed: list[TimedCall] = []
+        while sum(b.calls for b in timed) < reps:
+            timed.append(self.timed_batch(len(warm) + len(timed), self.draw(pool, size)))
+            if len(timed) >= MIN_BATCHES and _precise(timed):
+                break
+        return warm, timed
 
     def extra_shapes(self, shapes: tuple[tuple[int, ...], ...]) -> None:
         """Other sizes, reported beside the verdict; only policy and tampering there change it."""
@@ -354,17 +371,14 @@ class Execution:
         step = f"{'empty ' if empty else ''}timed batch {index}"
         seeds = [secrets.randbits(62) for _ in distributions]
         timeout = self.config.call_timeout_s * len(distributions)
-        calls = [msg.ArmedCall(distribution=d, seed=s) for d, s in zip(distributions, seeds)]
-        arm = msg.Arm(shape=list(self.shape), distribution=distributions[0], seed=seeds[0], more=calls[1:],
-                      null=empty)
-        self.session.send(arm.model_dump())
+        self.session.send(self.arm_command(distributions, seeds, empty).model_dump())
         # The child is making its inputs, not timing: the parent's own work for these calls goes here.
-        truths = [] if empty else [self.truth(self.shape, d, seed) for d, seed in zip(distributions, seeds)]
+        truths = [] if empty else [self.timed_truth(d, seed) for d, seed in zip(distributions, seeds)]
         armed, _ = self.read(self.session.receive(timeout), msg.ArmReply, step)
-        if not empty and armed.before_all != [prints for _, prints in truths]:
+        if not empty and armed.before_all != [t.prints for t in truths]:
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
                         "the input generator was tampered with", rule="inputs",
-                        judge=[p for _, p in truths], child=armed.before_all)
+                        judge=[t.prints for t in truths], child=armed.before_all)
         ran = cputime.tree_ns(self.session.process.pid)
         started = time.perf_counter()
         raw = self.session.request(msg.Go().model_dump(), timeout)
@@ -384,24 +398,44 @@ class Execution:
                           tuple(went.times_ms), distributions)
         if empty:
             return batch
-        for i, ((truth, prints), after, out) in enumerate(zip(truths, inspected.after_all, outs)):
-            if after != prints:
-                raise _Stop(Status.INCORRECT, f"{step}, call {i}: forward() modified its inputs in place")
-            cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
+        if len(inspected.after_all) != n:
+            raise _Stop(Status.TAMPER_DETECTED, f"{step}: inputs of {len(inspected.after_all)} calls inspected, "
+                        f"{n} were armed (a forged reply)", rule="protocol")
+        for i, (truth, after, out) in enumerate(zip(truths, inspected.after_all, outs)):
+            if after != truth.prints:
+                raise _Stop(Status.INCORRECT, f"{step}, call {i}: {self.modified_inputs}")
+            cmp = compare(out, truth.output, self.task.tolerance.atol, self.task.tolerance.rtol)
             if not cmp.passed:
                 raise _Stop(Status.INCORRECT, f"timed call {index * n + i} returned a wrong result ({distributions[i]} "
                             f"inputs, {step}; {cmp.message}): results must be computed on every call from that call's "
                             "inputs, not cached, deferred or estimated")
-        if len(inspected.after_all) != n:
-            raise _Stop(Status.TAMPER_DETECTED, f"{step}: inputs of {len(inspected.after_all)} calls inspected, "
-                        f"{n} were armed (a forged reply)", rule="protocol")
-        if inspected.peak_memory_bytes is not None:
-            self.peak_memory = max(self.peak_memory or 0, inspected.peak_memory_bytes)
+            self.check_timed_call(f"timed call {index * n + i} ({distributions[i]} inputs, {step})", i, truth)
+        self.record_peak(inspected.peak_memory_bytes, n)
         return batch
 
-    def timed_call(self, index: int, distribution: str, *, empty: bool = False) -> TimedCall:
-        """A batch of one call (the training variant times its calls one at a time)."""
-        return self.timed_batch(index, (distribution,), empty=empty)
+    # --- what a training task changes (sandbox/training.py overrides these) -----------------------------
+
+    modified_inputs = "forward() modified its inputs in place"
+
+    def arm_command(self, distributions: tuple[str, ...], seeds: list[int], empty: bool) -> msg.Arm:
+        calls = [msg.ArmedCall(distribution=d, seed=s) for d, s in zip(distributions, seeds)]
+        return msg.Arm(shape=list(self.shape), distribution=distributions[0], seed=seeds[0], more=calls[1:],
+                       null=empty)
+
+    def timed_truth(self, distribution: str, seed: int) -> CallTruth:
+        """What the parent knows of one timed call before the child runs it."""
+        output, prints = self.truth(self.shape, distribution, seed)
+        return CallTruth(output, prints)
+
+    def check_timed_call(self, label: str, position: int, truth: CallTruth) -> None:
+        """Checks of one timed call beyond its output and inputs (`position` in its batch); none for a forward."""
+
+    def record_peak(self, batch_peak: int | None, calls: int) -> None:
+        """The most device memory a call allocated beyond its inputs: a forward batch keeps only the calls'
+        outputs alive, so the batch's peak is a call's (to within the earlier outputs)."""
+        if batch_peak is not None:
+            self.peak_memory = max(self.peak_memory or 0, batch_peak)
+
 
 
 def _precise(batches: list[TimedCall]) -> bool:

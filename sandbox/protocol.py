@@ -160,10 +160,11 @@ class Arm(Message):
     more: Annotated[list[ArmedCall], Field(max_length=MAX_BATCH - 1)] = []
     null: bool = False
 
-    def calls(self) -> list[ArmedCall]:
-        return [ArmedCall(distribution=self.distribution, seed=self.seed), *self.more]
     forward_only: bool = False
     """Training tasks: time the forward alone (the loss, with grad enabled), not forward + backward."""
+
+    def calls(self) -> list[ArmedCall]:
+        return [ArmedCall(distribution=self.distribution, seed=self.seed), *self.more]
 
 
 class Go(Message):
@@ -191,7 +192,7 @@ class Begin(Message):
 
 
 class GradCheck(Message):
-    """Training tasks, after a trial or a timed step: report the gradient the step left (sandbox/training.py).
+    """Training tasks, after a trial or a timed batch: report the gradient a step left (sandbox/training.py).
 
     Sent only after the step ran, so the candidate cannot know `weight_seed` or `rows` while it computes:
     the child returns, in fp64, every row of the gradient projected on weights drawn from `weight_seed`,
@@ -201,6 +202,8 @@ class GradCheck(Message):
     op: Literal["grad_check"] = "grad_check"
     rows: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=1 << 20)]
     weight_seed: int
+    call: Annotated[int, Field(ge=0, lt=MAX_BATCH)] = 0
+    """Which step of the last timed batch (a trial is a batch of one)."""
 
 
 Command = Annotated[Calibrate | Load | Trial | Estimate | Arm | Go | Inspect | GradCheck | Begin | Exit,

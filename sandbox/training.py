@@ -15,9 +15,10 @@ side is sandbox/training_child.py. What changes from the forward judge (sandbox/
 - The candidate's gradient must come from its own code: the backward ran code it built, or the loss's
   graph holds a custom autograd.Function (a fused forward whose backward only scales the saved gradient).
   Forbidden operators (forward ones and their backward operators) are tripwires in backward as in forward.
-- Timing: the step (forward + backward) is the score, timed exactly as a forward call is (fresh seed per
-  call, every step's loss and gradient checked); the forward alone is timed after it (fresh seeds, every
-  loss checked) and reported in `details["training"]`. Peak device memory is the step's.
+- Timing: the step (forward + backward) is the score, timed exactly as forward calls are (batches of steps,
+  a fresh seed per step, every step's loss and gradient checked after its batch); the forward alone is timed
+  after it the same way (every loss checked) and reported in `details["training"]`. Peak device memory is
+  a step's: the batch's peak less the earlier steps' gradients, which the judge keeps for checking.
 - Baselines: eager and torch.compile of the same step (and of the forward alone), and Liger-Kernel's fused
   loss as an extra step row where it is installed and agrees with the fp64 truth (`measure_baselines`, run
   in the trusted baseline subprocess).
@@ -26,7 +27,6 @@ side is sandbox/training_child.py. What changes from the forward judge (sandbox/
 from __future__ import annotations
 
 import secrets
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -35,17 +35,19 @@ import torch
 from reference import Task
 from reference.task import row_chunks
 from reference.training import grad_output_scale
-from sandbox import cputime, plausibility
+from sandbox import plausibility
 from sandbox import protocol as msg
 from sandbox.compare import compare, dtype_name, tensor_from_bytes
-from sandbox.execute import Execution, TimedCall, _Stop
-from sandbox.timing import summarize
+from sandbox.execute import CallTruth, Execution, _Stop
+from sandbox.timing import batch_size, summarize
 from sandbox.training_child import projection_weights
 from sandbox.verdict import Status, TimingStats, TrialResult
 
 GRAD_SAMPLE_BYTES = 8 << 20
 """Raw gradient rows read back per checked step: all rows at the CPU sizes (128 KiB), 128 rows of kl_div
 (512 of cross_entropy) at the official sizes, where the whole 1 GiB gradient would cost ~1 s per step."""
+ALLOCATOR_BLOCK = 512
+"""PyTorch's CUDA caching allocator rounds every allocation up to a multiple of 512 bytes."""
 PROJECTION_SLACK = 1e-9
 """Relative fp64 rounding allowed in a row projection beyond the tolerance (the sums' error is ~1e-13)."""
 
@@ -180,10 +182,10 @@ class TrainingExecution(Execution):
         self.truth_checks += 1
         return loss, prints, grad
 
-    def check_grad(self, truth: GradientTruth, shape: tuple[int, ...], step: str) -> GradientResult:
-        """Ask for the gradient the step left (weights and rows only now) and check it."""
-        reply, raw = self.ask(msg.GradCheck(rows=truth.rows, weight_seed=truth.weight_seed), msg.GradCheckReply,
-                              step, self.config.call_timeout_s)
+    def check_grad(self, truth: GradientTruth, shape: tuple[int, ...], step: str, call: int = 0) -> GradientResult:
+        """Ask for the gradient step `call` of the last trial or batch left (weights and rows only now); check it."""
+        reply, raw = self.ask(msg.GradCheck(rows=truth.rows, weight_seed=truth.weight_seed, call=call),
+                              msg.GradCheckReply, step, self.config.call_timeout_s)
         try:
             result = check_gradient(self.task, shape, truth, reply, raw.payloads)
         except ValueError as exc:
@@ -237,22 +239,22 @@ class TrainingExecution(Execution):
     # --- timing -----------------------------------------------------------------------------------
 
     def timing(self, baselines: dict, details: dict[str, Any]) -> tuple[Any, bool]:
-        """The step as the score (Execution.timing, every step checked), then the forward alone."""
+        """The step as the score (Execution.timing: batches, every step's loss and gradient checked), then the
+        forward alone in the same batches (every loss checked)."""
         perf, hidden = super().timing(baselines, details)
-        reps, warmup = details["timing"]["timed_calls"], details["timing"]["warmup_calls"]
-        pool = self.timing_distributions()
+        size = self.batch_size()
         self.forward_only = True
         try:
-            calls = [self.timed_call(i, secrets.choice(pool)) for i in range(warmup + reps)][warmup:]
+            _, timed = self.timed_batches(details["timing"]["planned_calls"], size)
         finally:
             self.forward_only = False
-        claims = [c.claim_ms for c in calls]
-        breach = plausibility.timing_bound(claims, [c.window_ms for c in calls], [c.run_ms for c in calls],
-                                           [c.run_ms for c in self.empty_calls], torch.device(self.device).type)
+        claims = [b.claim_ms for b in timed]
+        breach = plausibility.timing_bound(claims, [b.window_ms for b in timed], [b.run_ms for b in timed],
+                                           [c.run_ms for c in self.empty_calls], torch.device(self.device).type, size)
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,
                         **breach.details)
-        forward = TimingStats(**summarize(claims))
+        forward = TimingStats(**{**summarize(claims), "reps": sum(b.calls for b in timed)})
         bandwidth = perf.bandwidth_bytes_per_s
         forward_bytes = self.task.training.forward_min_bytes(self.shape)
         breach = plausibility.speed_of_light(forward.median_ms, forward_bytes, bandwidth,
@@ -279,70 +281,41 @@ class TrainingExecution(Execution):
         return perf, hidden
 
     def batch_size(self) -> int:
-        """One step per timed round trip: each step's gradient is checked between its `go` and its `inspect`."""
-        return 1
+        """Steps per timed batch: what a step keeps alive is its inputs and its gradient, and the child holds the
+        previous batch's gradients too (a recycled gradient is refused), so a step counts its inputs and two
+        gradients, against the same armed-memory budget as a forward call."""
+        rows, cols = self.shape
+        held = self.task.training.forward_min_bytes(self.shape) + 2 * rows * cols * 4
+        return batch_size(torch.device(self.device), held)
 
-    def timed_batch(self, index: int, distributions: tuple[str, ...], *, empty: bool = False) -> TimedCall:
-        """Execution's timing phase asks for batches; a training task's are one step each."""
-        if len(distributions) != 1:
-            raise ValueError(f"a training task times one step per round trip, not {len(distributions)}")
-        return self.timed_call(index, distributions[0], empty=empty)
+    # Execution.timed_batch with a training step's differences: the forward alone is armed as such, each
+    # step's gradient truth is made while the child makes its inputs, and each step's gradient is checked
+    # (`grad_check`, weights and rows drawn only now) once its loss has passed.
+    modified_inputs = "forward() or backward() modified its inputs in place"
 
-    def timed_call(self, index: int, distribution: str, *, empty: bool = False) -> TimedCall:
-        """arm -> go (the step, or the forward alone, timed) -> grad_check (steps) -> inspect; every output checked.
+    def arm_command(self, distributions: tuple[str, ...], seeds: list[int], empty: bool) -> msg.Arm:
+        arm = super().arm_command(distributions, seeds, empty)
+        return arm.model_copy(update={"forward_only": self.forward_only and not empty})
 
-        The same round trips as Execution's timed calls, with the gradient check between `go` and `inspect`.
-        """
-        assert self.session is not None
-        what = "forward" if self.forward_only else "step"
-        step = f"{'empty ' if empty else ''}timed {what} {index} ({distribution})"
-        seed = secrets.randbits(62)
-        timeout = self.config.call_timeout_s
-        arm = msg.Arm(shape=list(self.shape), distribution=distribution, seed=seed, null=empty,
-                      forward_only=self.forward_only and not empty)
-        self.session.send(arm.model_dump())
-        # The child is making its inputs, not timing: the parent's own work for this call goes here.
-        truth, prints, grad_truth = ((None, None, None) if empty else
-                                     self.truths(self.shape, distribution, seed, gradient=not self.forward_only))
-        armed, _ = self.read(self.session.receive(timeout), msg.ArmReply, step)
-        if prints is not None and armed.before != prints:
-            raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
-                        "the input generator was tampered with", rule="inputs", judge=prints, child=armed.before)
-        ran = cputime.tree_ns(self.session.process.pid)
-        started = time.perf_counter()
-        raw = self.session.request(msg.Go().model_dump(), timeout)
-        window_ms = (time.perf_counter() - started) * 1e3
-        run_ms = (cputime.tree_ns(self.session.process.pid) - ran) / 1e6
-        went, _ = self.read(raw, msg.GoReply, step)
-        if went.rejected_output:
-            raise _Stop(Status.INCORRECT, f"{step}: {went.rejected_output}")
-        assert isinstance(went, msg.GoReply)
-        out = self.output(went, raw.payloads, step)
-        timed = _timed_call(distribution, went, window_ms, run_ms)
-        if empty:
-            self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
-            return timed
-        cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
-        if not cmp.passed:
-            raise _Stop(Status.INCORRECT, f"{step} returned a wrong loss ({cmp.message}): results must be computed "
-                        "on every call from that call's inputs, not cached, deferred or estimated")
-        if grad_truth is not None:
-            grad = self.check_grad(grad_truth, self.shape, step)
-            if not grad.passed:
-                raise _Stop(Status.INCORRECT, f"{step} left a wrong gradient: {grad.message}")
-        inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
-        if inspected.after != prints:
-            raise _Stop(Status.INCORRECT, f"{step}: forward() or backward() modified its inputs in place")
-        if not self.forward_only and inspected.peak_memory_bytes is not None:
-            self.peak_memory = max(self.peak_memory or 0, inspected.peak_memory_bytes)
-        return timed
+    def timed_truth(self, distribution: str, seed: int) -> CallTruth:
+        loss, prints, gradient = self.truths(self.shape, distribution, seed, gradient=not self.forward_only)
+        return CallTruth(loss, prints, gradient)
 
+    def check_timed_call(self, label: str, position: int, truth: CallTruth) -> None:
+        if truth.gradient is None:
+            return
+        grad = self.check_grad(truth.gradient, self.shape, label, call=position)
+        if not grad.passed:
+            raise _Stop(Status.INCORRECT, f"{label} left a wrong gradient: {grad.message}")
 
-def _timed_call(distribution: str, went: msg.GoReply, window_ms: float, run_ms: float) -> TimedCall:
-    """A `TimedCall` of one call (its per-batch fields, where Execution's version has them, for one call)."""
-    values = dict(distribution=distribution, claim_ms=went.time_ms, window_ms=window_ms, run_ms=run_ms,
-                  hidden_work=went.hidden_work, calls=1, claims_ms=(went.time_ms,), distributions=(distribution,))
-    return TimedCall(**{k: v for k, v in values.items() if k in TimedCall.__dataclass_fields__})
+    def record_peak(self, batch_peak: int | None, calls: int) -> None:
+        """A step's peak: the batch's, less the gradients of the batch's earlier steps, which the judge keeps alive
+        for `grad_check` (an honest step's own peak is what is left). The forward alone records none."""
+        if batch_peak is None or self.forward_only:
+            return
+        rows, cols = self.shape
+        kept = (calls - 1) * -(-rows * cols * 4 // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
+        self.peak_memory = max(self.peak_memory or 0, batch_peak - kept)
 
 
 # --- baselines (trusted subprocess: python -m sandbox.baseline) ---------------------------------------------

@@ -5,14 +5,15 @@ Untrusted process, same THREAT MODEL as sandbox/child.py (read it first): nothin
 
 - a step is `loss = ModelNew(predictions, targets)` with `predictions.requires_grad`, then
   `torch.autograd.backward(loss, scale)` (bound at import, before the candidate exists), `scale` from the
-  call's seed (reference/training.py); the step is one timed call, as training pays it;
-- the gradient the step leaves in `predictions.grad` is checked here for what bytes cannot show: a plain
-  `torch.Tensor`, on the inputs' device, strided, sharing no memory with an input, with the loss, or with
-  the previous step's gradient (which this process holds until the next step, so the allocator cannot hand
-  its memory to an honest new gradient: an overlap is a recycled tensor);
-- after the step, and only then, the parent sends `grad_check` with a fresh weight seed and row sample: the
-  child returns every row of the gradient projected on those weights (fp64) and the sampled rows' raw
-  fp32 bytes. The parent compares both with its own fp64 truth (sandbox/training.py);
+  call's seed (reference/training.py); the step is one timed call, as training pays it, and steps are timed
+  in batches like forward calls (each its own inputs and scale);
+- the gradient each step leaves in `predictions.grad` is checked here for what bytes cannot show: a plain
+  `torch.Tensor`, on the inputs' device, strided, sharing no memory with an input or loss of its batch, with
+  another step's gradient, or with the previous batch's gradients (which this process holds until the next
+  batch, so the allocator cannot hand their memory to an honest new gradient: an overlap is a recycled tensor);
+- after the batch, and only then, the parent sends `grad_check` for each step with a fresh weight seed and row
+  sample: the child returns every row of that gradient projected on those weights (fp64) and the sampled
+  rows' raw fp32 bytes. The parent compares both with its own fp64 truth (sandbox/training.py);
 - the trial records the evidence of candidate-built code in the backward alone (the profiler and
   `sys.setprofile`, as the forward does) and whether the loss's graph holds a custom autograd.Function;
 - the operators this module runs outside a step (projection, row gather) are recorded before the import
@@ -88,7 +89,8 @@ def has_custom_function(loss: torch.Tensor) -> bool:
 # --- the child -------------------------------------------------------------------------------------------
 
 class TrainingChild(_child.Child):
-    """A `Child` whose calls are training steps. Message flow per timed step: arm, go, grad_check, inspect.
+    """A `Child` whose calls are training steps. Message flow per timed batch: arm, go, grad_check per step,
+    inspect.
 
     `trial`, `estimate`, `arm`, `go` and `inspect` are its own (Child's serve the forward tasks); the empty
     calls of the calibration (`null`) are Child's."""
@@ -97,13 +99,13 @@ class TrainingChild(_child.Child):
         super().__init__(task_id, device, source_path, res_fd)
         assert self.task.training is not None
         self.grad_input = self.task.training.grad_input
-        self.grad: torch.Tensor | None = None
-        """The last step's gradient, until the parent has checked it and the next step starts."""
-        self.previous_grad: torch.Tensor | None = None
-        """The step before's gradient, kept alive so that its memory cannot be an honest new gradient's."""
-        self.scale: torch.Tensor | None = None
+        self.grads: list[torch.Tensor] = []
+        """The last trial's or batch's gradients, one per step, until the parent has checked them."""
+        self.previous_grads: list[torch.Tensor] = []
+        """The ones before, kept alive so that their memory cannot be an honest new gradient's."""
+        self.scales: list[torch.Tensor] = []
         self.mode = "step"
-        self.step_armed: tuple[Any, list[torch.Tensor]] | None = None
+        self.step_armed: tuple[Any, list[list[torch.Tensor]]] | None = None
         self.step_peak: int | None = None
         # Watch this module too, and the operators the gradient check runs (recorded before the import).
         self.integrity = _child.Integrity([_timing, _protocol, _compare, _child, sys.modules[__name__]],
@@ -138,8 +140,10 @@ class TrainingChild(_child.Child):
         if tuple(loss.shape) != ():
             raise _child.OutputRejected(f"the loss has shape {list(loss.shape)}, expected a scalar (shape [])")
 
-    def _take_grad(self, inputs: list[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
-        """predictions.grad after the step, refused unless it is a fresh plain tensor beside the inputs."""
+    def _take_grad(self, inputs: list[torch.Tensor], losses: list[torch.Tensor],
+                   batch_inputs: list[torch.Tensor]) -> torch.Tensor:
+        """predictions.grad after the step, refused unless it is a fresh plain tensor: sharing no memory with any
+        input or loss of its batch, with another step's gradient, or with the previous batch's (recycled)."""
         leaf = inputs[self.grad_input]
         grad = leaf.grad
         if grad is None:
@@ -152,9 +156,9 @@ class TrainingChild(_child.Child):
         if grad.layout != torch.strided:
             raise _child.OutputRejected(f"predictions.grad has layout {grad.layout}, expected torch.strided")
         lo, hi = _child._storage_span(grad)
-        others = [(f"input {i}", t) for i, t in enumerate(inputs)] + [("the loss", loss)]
-        if self.previous_grad is not None:
-            others.append(("the previous call's gradient (a recycled gradient)", self.previous_grad))
+        others = [(f"input {i}", t) for i, t in enumerate(batch_inputs)] + [("a loss", loss) for loss in losses]
+        others += [("the gradient of another step in its batch (a recycled gradient)", g) for g in self.grads]
+        others += [("a gradient of the previous batch (a recycled gradient)", g) for g in self.previous_grads]
         for name, other in others:
             o_lo, o_hi = _child._storage_span(other)
             if lo < o_hi and o_lo < hi:
@@ -162,8 +166,8 @@ class TrainingChild(_child.Child):
         return grad
 
     def _begin_step(self) -> None:
-        """The last gradient becomes the previous one (kept alive); the next step makes a new one."""
-        self.previous_grad, self.grad = self.grad, None
+        """The last gradients become the previous ones (kept alive); the next steps make new ones."""
+        self.previous_grads, self.grads = self.grads, []
 
     # --- commands ---------------------------------------------------------------------------------
 
@@ -205,7 +209,7 @@ class TrainingChild(_child.Child):
         custom_function = has_custom_function(loss)
         _, b_calls, b_names = self._profiled(lambda: _autograd_backward([loss], [scale]))
         meta, payload = self._output_payload(loss, inputs)
-        self.grad = self._take_grad(inputs, loss)
+        self.grads.append(self._take_grad(inputs, [loss], inputs))
         after = _compare.fingerprint(inputs)
         calls, ops, kernels = self._evidence(f_calls | b_calls, f_names | b_names)
         b_calls_, b_ops, b_kernels = self._evidence(b_calls, b_names)
@@ -226,66 +230,78 @@ class TrainingChild(_child.Child):
         times = _timing.time_calls(self.clock, step, reps=3, warmup=1)
         return {"estimate_ms": sorted(times.times_ms)[1]}
 
-    # One timed step is armed, run and inspected alone (never in a batch): the gradient check sits between
-    # `go` and `inspect`. These three do not build on Child's, which may arm batches of forward calls.
+    # A timed batch of steps (or of forwards alone): `arm` makes each step's inputs and incoming gradient,
+    # `go` runs the steps back to back (sandbox/timing.py, `time_batch`) and keeps every step's gradient,
+    # `grad_check` reports one of them (the parent asks for each in turn), `inspect` fingerprints the inputs.
     def arm(self, cmd: _protocol.Arm) -> dict[str, Any]:
         if cmd.null:
             self.mode = "null"
             return super().arm(cmd)
-        if getattr(cmd, "more", None):
-            raise RuntimeError("a training task's timed steps are armed one at a time")
         if self.model is None:
             raise RuntimeError("arm before load")
         self.mode = "forward" if cmd.forward_only else "step"
-        self.scale = self._scale(cmd.seed)
         if self.mode == "step":
             self._begin_step()
-        inputs = self._inputs(cmd)
-        before = _compare.fingerprint(inputs)
-        inputs[self.grad_input].requires_grad_(True)
+        calls = cmd.calls()
+        sets = [self.task.make_inputs(tuple(cmd.shape), c.distribution, c.seed, self.device) for c in calls]
+        self.scales = [self._scale(c.seed) for c in calls]
+        before = [_compare.fingerprint(inputs) for inputs in sets]
+        for inputs in sets:
+            inputs[self.grad_input].requires_grad_(True)
         if self.device.type == "cpu":
             self.clock.flush()  # here, outside the parent's window; on a GPU `go` queues it before the call
         self.clock.synchronize()
         if self.device.type == "cuda":
             self.base_memory = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.step_armed = (self.model, inputs)
-        return {"before": before}
+        self.step_armed = (self.model, sets)
+        return {"before": before[0], "before_all": before}
 
     def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
         if self.mode == "null":
             return super().go(cmd)
         if self.step_armed is None:
             raise RuntimeError("go without arm")
-        model, inputs = self.step_armed
-        scale = self.scale
+        model, sets = self.step_armed
+        # Plain closures, as in Child.go: nothing the candidate could have patched runs between here and the clock.
         if self.mode == "forward":
-            call = _timing.time_one_call(self.clock, lambda: model(*inputs), cpu_flushed=True)
+            calls = [(lambda inputs=inputs: model(*inputs)) for inputs in sets]
         else:
-            call = _timing.time_one_call(self.clock, lambda: self._step(model, inputs, scale), cpu_flushed=True)
-        # The step's peak now, before grad_check allocates anything of the judge's.
+            calls = [(lambda inputs=inputs, scale=scale: self._step(model, inputs, scale))
+                     for inputs, scale in zip(sets, self.scales)]
+        batch = _timing.time_batch(self.clock, calls, cpu_flushed=True)
+        # The batch's peak now, before grad_check allocates anything of the judge's.
         self.step_peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory
                           if self.device.type == "cuda" else None)
-        meta, payload = self._output_payload(call.result, inputs)
+        everything = [t for inputs in sets for t in inputs]
+        payloads, meta = [], {}
+        for out in batch.results:
+            meta, payload = self._output_payload(out, everything)
+            payloads.append(payload)
         if self.mode == "step":
-            self.grad = self._take_grad(inputs, call.result)
-        meta.update(time_ms=call.time_ms, event_ms=call.event_ms, host_ms=call.host_ms, hidden_work=call.hidden_work)
-        return meta, [payload]
+            losses = list(batch.results)
+            for inputs in sets:
+                self.grads.append(self._take_grad(inputs, losses, everything))
+        meta.update(time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
+                    event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
+                    hidden_work=batch.hidden_work)
+        return meta, payloads
 
     def inspect(self, cmd: _protocol.Inspect) -> dict[str, Any]:
         if self.mode == "null":
             return super().inspect(cmd)
         if self.step_armed is None:
             raise RuntimeError("inspect without arm")
-        _, inputs = self.step_armed
+        _, sets = self.step_armed
         self.step_armed = None
-        return {"after": _compare.fingerprint(inputs), "peak_memory_bytes": self.step_peak}
+        after = [_compare.fingerprint(inputs) for inputs in sets]
+        return {"after": after[0], "after_all": after, "peak_memory_bytes": self.step_peak}
 
     def grad_check(self, cmd: _protocol.GradCheck) -> tuple[dict[str, Any], list[bytes]]:
         """The last step's gradient: every row projected on fresh weights (fp64), and the sampled rows' bytes."""
-        grad = self.grad
-        if grad is None:
-            raise RuntimeError("grad_check without a step")
+        if cmd.call >= len(self.grads):
+            raise RuntimeError(f"grad_check of step {cmd.call}: the last batch left {len(self.grads)} gradient(s)")
+        grad = self.grads[cmd.call]
         meta = {"dtype": _compare.dtype_name(grad.dtype), "shape": list(grad.shape)}
         if grad.dim() != 2 or not grad.is_floating_point():
             return meta, []  # the parent refuses the shape or dtype before reading any payload

@@ -9,9 +9,8 @@ judged under unshare, 10% failing an extra shape, two GPU models, verdict JSON t
 verdict) into a fresh database per back end, then times requests through the app in this process
 (server time: an ASGI wrapper times each call of the app, from the request to the last byte of the
 answer: routing, queries, ranking, template; not the client or a network) and
-prints p50/p95, cached (steady state between verdicts: service.ranking.Cache) and cold (cache emptied before
-each request: the first request after a new verdict), then EXPLAIN ANALYZE of the ranking queries on
-PostgreSQL.
+prints p50/p95 in three states (MODES: the steady state between verdicts, right after a new verdict, and
+the first request of a new API process), then EXPLAIN ANALYZE of the queries behind them on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -70,42 +69,64 @@ def fake_verdict(rng: random.Random, code: str, gpu: str) -> tuple[str, dict]:
     return status, v
 
 
+SUBMITTERS = [f"user{i:02d}" for i in range(50)]
+MODELS = [f"model-{i:02d}" for i in range(20)]
+T0 = dt.datetime(2026, 11, 1)
+
+
+def api_keys() -> list[dict]:
+    return [{"id": hashlib.sha256(f"key {s}".encode()).hexdigest()[:32], "submitter": s, "prefix": "kj_bench",
+             "key_hash": hashlib.sha256(s.encode()).hexdigest(), "created_at": T0} for s in SUBMITTERS]
+
+
+def judged(i: int, code: str, rng: random.Random, status: str | None = None) -> tuple[dict, dict, dict]:
+    """Rows (submission, job, verdict) of submission number i; a random verdict, or one of `status`."""
+    key = rng.choice(api_keys())
+    sid = uuid.uuid4().hex
+    when = T0 + dt.timedelta(seconds=i * 150)
+    gpu = GPUS[0] if rng.random() < 0.8 else GPUS[1]
+    while True:
+        verdict_status, v = fake_verdict(rng, code, gpu)
+        if status is None or verdict_status == status:
+            break
+    perf = v["performance"] or {}
+    sub = {"id": sid, "task_id": "kl_div", "source": code, "source_sha256": hashlib.sha256(code.encode()).hexdigest(),
+           "api_key_id": key["id"], "submitter": key["submitter"], "model": rng.choice(MODELS), "sampling": {},
+           "tags": [], "created_at": when}
+    job = {"submission_id": sid, "task_id": "kl_div", "state": "done", "queued_at": when, "not_before": when,
+           "finished_at": when, "claims": 1}
+    verdict = {"submission_id": sid, "task_id": "kl_div", "status": verdict_status, "diagnosis": v["diagnosis"],
+               "device": "cuda:0", "device_name": gpu, "median_ms": (perf.get("candidate") or {}).get("median_ms"),
+               "speedup_eager": (perf.get("speedups") or {}).get("eager"),
+               "speedup_compile": (perf.get("speedups") or {}).get("compile"),
+               "speed_of_light": perf.get("speed_of_light_fraction"), "worker_id": "bench", "verdict": v,
+               "created_at": when, **ranking_columns(v)}
+    return sub, job, verdict
+
+
 def seed(db: Database, n: int, rng: random.Random) -> None:
-    submitters = [f"user{i:02d}" for i in range(50)]
-    models = [f"model-{i:02d}" for i in range(20)]
-    keys = [{"id": uuid.uuid4().hex, "submitter": s, "prefix": "kj_bench",
-             "key_hash": hashlib.sha256(s.encode()).hexdigest(),
-             "created_at": dt.datetime(2026, 11, 1)} for s in submitters]
     codes: list[str] = []
     subs, jobs, verdicts = [], [], []
-    t0 = dt.datetime(2026, 11, 1)
     for i in range(n):
         code = rng.choice(codes) if codes and rng.random() < 1 / 3 else f"# kernel {i}\n" + "x = 1\n" * 40
         codes.append(code)
-        key = rng.choice(keys)
-        sid = uuid.uuid4().hex
-        when = t0 + dt.timedelta(seconds=i * 150)
-        gpu = GPUS[0] if rng.random() < 0.8 else GPUS[1]
-        status, v = fake_verdict(rng, code, gpu)
-        perf = v["performance"] or {}
-        subs.append({"id": sid, "task_id": "kl_div", "source": code,
-                     "source_sha256": hashlib.sha256(code.encode()).hexdigest(),
-                     "api_key_id": key["id"], "submitter": key["submitter"], "model": rng.choice(models),
-                     "sampling": {}, "tags": [], "created_at": when})
-        jobs.append({"submission_id": sid, "task_id": "kl_div", "state": "done", "queued_at": when, "not_before": when,
-                     "finished_at": when, "claims": 1})
-        verdicts.append({"submission_id": sid, "task_id": "kl_div", "status": status, "diagnosis": v["diagnosis"],
-                         "device": "cuda:0", "device_name": gpu,
-                         "median_ms": (perf.get("candidate") or {}).get("median_ms"),
-                         "speedup_eager": (perf.get("speedups") or {}).get("eager"),
-                         "speedup_compile": (perf.get("speedups") or {}).get("compile"),
-                         "speed_of_light": perf.get("speed_of_light_fraction"), "worker_id": "bench", "verdict": v,
-                         "created_at": when, **ranking_columns(v)})
+        sub, job, verdict = judged(i, code, rng)
+        subs.append(sub)
+        jobs.append(job)
+        verdicts.append(verdict)
     with db.transaction() as session:
-        session.execute(insert(ApiKey), keys)
+        session.execute(insert(ApiKey), api_keys())
         for table, rows in ((Submission, subs), (Job, jobs), (VerdictRow, verdicts)):
             for start in range(0, len(rows), 1000):
                 session.execute(insert(table), rows[start:start + 1000])
+
+
+def add_correct(db: Database, i: int, rng: random.Random) -> None:
+    """One more judged submission, correct and of a new code: what a worker records during a batch run."""
+    sub, job, verdict = judged(i, f"# new kernel {i}\n", rng, status="correct")
+    with db.transaction() as session:
+        for table, row in ((Submission, sub), (Job, job), (VerdictRow, verdict)):
+            session.execute(insert(table), [row])
 
 
 class ServerTimer:
@@ -125,9 +146,18 @@ class ServerTimer:
             self.last_cpu_ms = (time.process_time() - cpu) * 1e3
 
 
-def time_requests(url: str, paths: list[str], requests: int, cold: bool = False) -> dict[str, tuple[float, ...]]:
-    """p50/p95 ms per path. `cold`: the app's ranking cache is emptied before each request (the first request
-    after a new verdict); otherwise the steady state between verdicts."""
+MODES = {
+    "cached": "the steady state between two verdicts (service.ranking.Cache)",
+    "new verdict": "a correct verdict of a new code recorded before each request (a batch run: the pool reads "
+                   "it, Python re-ranks)",
+    "first": "the app's cache and pools emptied before each request (the first request of a new API process: "
+             "the task's rankable verdicts read whole)",
+}
+
+
+def time_requests(url: str, paths: list[str], requests: int, mode: str, rng: random.Random,
+                  serial: list[int]) -> dict[str, tuple[float, ...]]:
+    """p50/p95 server ms and CPU p50 ms per path, in one of MODES."""
     from fastapi.testclient import TestClient
 
     from service.core.config import Settings
@@ -135,6 +165,7 @@ def time_requests(url: str, paths: list[str], requests: int, cold: bool = False)
 
     app = create_app(Settings(database_url=url))
     timer = ServerTimer(app)
+    db = Database(url)
     out = {}
     with TestClient(timer) as client:
         for path in paths:
@@ -142,28 +173,38 @@ def time_requests(url: str, paths: list[str], requests: int, cold: bool = False)
                 assert client.get(path).status_code == 200, path
             times, cpus = [], []
             for _ in range(requests):
-                if cold:
+                if mode == "first":
                     app.state.ranking_cache = ranking.Cache()
+                elif mode == "new verdict":
+                    serial[0] += 1
+                    add_correct(db, serial[0], rng)
                 response = client.get(path)
                 times.append(timer.last_ms)
                 cpus.append(timer.last_cpu_ms)
                 assert response.status_code == 200
             times.sort()
             out[path] = (statistics.median(times), times[int(0.95 * (len(times) - 1))], statistics.median(cpus))
+    db.dispose()
     return out
 
 
 def explain(url: str) -> str:
     from sqlalchemy.dialects import postgresql
 
+    from service import rankable
+
     db = Database(url)
     lines = []
     with db.transaction(read_only=True) as session:
-        for ranked in (True, False):
-            stmt = ranking.entries_query(ranking.Query(task="kl_div"), ranked)
+        top = rankable.Pool("kl_div").refresh(session).max_id
+        for name, stmt in (("count of the rankable verdicts up to the largest id held (every request)",
+                            rankable.count_query("kl_div", top)),
+                           ("the rows above the largest id held (after a new verdict)",
+                            rankable.fetch_query("kl_div", top - 1)),
+                           ("every rankable verdict (the first request of a process)", rankable.fetch_query("kl_div"))):
             sql = str(stmt.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
             plan = session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql)).scalars().all()
-            lines += [f"-- ranked={ranked}", *plan, ""]
+            lines += [f"-- {name}", *plan, ""]
     db.dispose()
     return "\n".join(lines)
 
@@ -201,15 +242,19 @@ def main() -> None:
         print(f"\n## {backend}: {count} verdicts seeded in {time.perf_counter() - t:.1f} s; "
               f"{sum(d.total for d in board.devices)} distinct ranked codes")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.requests} requests each")
-        print("| request | cached p50 ms | cached p95 ms | cached CPU p50 ms | cold p50 ms | cold p95 ms | "
-              "cold CPU p50 ms |\n|---|---|---|---|---|---|---|")
-        warm = time_requests(url, paths, args.requests)
-        cold = time_requests(url, paths, max(5, args.requests // 3), cold=True)
+        rng, serial = random.Random(1), [args.n]
+        results = {mode: time_requests(url, paths, args.requests if mode == "cached" else max(5, args.requests // 2),
+                                       mode, rng, serial) for mode in MODES}
+        for mode, what in MODES.items():
+            print(f"- {mode}: {what}")
+        heads = " | ".join(f"{m} p50 ms | {m} p95 ms | {m} CPU p50 ms" for m in MODES)
+        print(f"\n| request | {heads} |\n|---|" + "---|" * (3 * len(MODES)))
         for path in paths:
-            (w50, w95, wcpu), (c50, c95, ccpu) = warm[path], cold[path]
-            print(f"| `{path}` | {w50:.1f} | {w95:.1f} | {wcpu:.1f} | {c50:.1f} | {c95:.1f} | {ccpu:.1f} |")
+            cells = " | ".join(f"{p50:.1f} | {p95:.1f} | {cpu:.1f}"
+                               for p50, p95, cpu in (results[m][path] for m in MODES))
+            print(f"| `{path}` | {cells} |")
         if backend == "postgresql":
-            print("\nEXPLAIN ANALYZE of the ranking queries (by=submitter, sort=speedup_eager):\n```")
+            print("\nEXPLAIN ANALYZE of the queries behind the pages (service/rankable.py):\n```")
             print(explain(url))
             print("```")
             import psycopg

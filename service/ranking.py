@@ -22,13 +22,12 @@ The rules, in the order they apply (each is a reason a verdict does or does not 
    five judgings of one kernel spreading 0.04-0.08%, wider than those intervals (about +-0.02%), so it would
    call differences that a rerun erases. The IQR (about +-0.2% there) is wider than run-to-run drift.
 
-The database does steps 1-5 (two window functions over the ranking columns of migration 0005); Python does
-the tie groups and the page slice, building response models only for the rows shown.
-
-Ranking thousands of verdicts costs tens of milliseconds of database time, so results are kept in a
-`Cache` per app, keyed by the query and the state of the verdicts table (its row count and largest id:
-verdicts are only ever inserted, so any new verdict changes the key). A request then costs one indexed
-`max(id), count(*)` plus the page slice; the first request after a new verdict recomputes.
+The database does step 1 (service/rankable.py keeps each task's rankable verdicts in memory, reading only
+the verdicts recorded since its last look); Python does steps 2-6 over them (a few milliseconds for
+thousands of codes) and builds response models only for the rows shown. Results are kept in a `Cache` per
+app, keyed by the query and the version of the pool they came from, so a request between two verdicts costs
+one count of the task's rankable verdicts plus the page slice, and the first request after a new verdict
+reads that verdict and re-ranks in Python.
 """
 
 from __future__ import annotations
@@ -36,35 +35,30 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
-from sqlalchemy import func, not_, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from sandbox.verdict import Status
 from service import crud
 from service.crud import aware
 from service.api.schemas import DeviceBaseline
-from service.db.models import Submission, VerdictRow
+from service.db.models import VerdictRow
+from service.rankable import RANKED_ISOLATION, is_ranked_isolation  # noqa: F401 - the routes read them here
+from service.rankable import Pool, Pools, Rankable, Snapshot
 
 By = Literal["submitter", "model", "source"]
 Sort = Literal["speedup_eager", "speedup_compile", "speed_of_light", "median_ms"]
-
-RANKED_ISOLATION = "bwrap"
-"""Verdicts whose isolation mechanism starts with this are ranked; the rest are shown apart."""
 
 SORTS: dict[str, bool] = {"speedup_eager": True, "speedup_compile": True, "speed_of_light": True, "median_ms": False}
 """Sort metric -> whether larger is better. Every metric but median_ms is proportional to 1 / time."""
 
 UNRANKED_LIMIT = 50
 """Most weaker-isolation entries listed per GPU model."""
-
-
-def is_ranked_isolation(isolation: str | None) -> bool:
-    return bool(isolation) and isolation.startswith(RANKED_ISOLATION)
 
 
 # --- response models -----------------------------------------------------------------------------
@@ -131,19 +125,22 @@ T = TypeVar("T")
 
 
 class Cache:
-    """Ranking results valid while the verdicts table is unchanged; least recently used dropped past `size`."""
+    """Results valid while what they were computed from is unchanged (the key carries its version), and the
+    app's pools of rankable verdicts; least recently used results dropped past `size`."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
+        self.pools = Pools()
         self._data: OrderedDict[Any, Any] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
     def version(session: Session) -> tuple:
+        """The verdicts table's state (row count, largest id): for what is not read from a pool."""
         return tuple(session.execute(select(func.count(), func.max(VerdictRow.id)).select_from(VerdictRow)).one())
 
-    def get(self, session: Session, key: Any, compute: Callable[[], T], version: tuple | None = None) -> T:
-        full = (key, version if version is not None else self.version(session))
+    def get(self, key: Any, version: Any, compute: Callable[[], T]) -> T:
+        full = (key, version)
         with self._lock:
             if full in self._data:
                 self._data.move_to_end(full)
@@ -164,63 +161,45 @@ def cache_for(holder: Any) -> Cache:
     return cache
 
 
-def cached(cache: Cache | None, session: Session, key: Any, compute: Callable[[], T],
-           version: tuple | None = None) -> T:
-    return compute() if cache is None else cache.get(session, key, compute, version)
+def cached(cache: Cache | None, key: Any, version: Any, compute: Callable[[], T]) -> T:
+    return compute() if cache is None else cache.get(key, version, compute)
 
 
 # --- ranking -------------------------------------------------------------------------------------
 
-def _candidates(q: Query, ranked: bool):  # noqa: ANN202 - a SQLAlchemy subquery
-    """Steps 1-4: the first verdict of each distinct code per GPU model, with how many were folded in."""
-    source = func.coalesce(VerdictRow.source_sha256, Submission.source_sha256)
-    where = [VerdictRow.task_id == q.task, VerdictRow.status == Status.CORRECT, VerdictRow.median_ms.is_not(None),
-             VerdictRow.device_name.is_not(None)]
-    isolated = VerdictRow.isolation.like(f"{RANKED_ISOLATION}%")
-    where.append(isolated if ranked else or_(VerdictRow.isolation.is_(None), not_(isolated)))
-    if q.device:
-        where.append(VerdictRow.device_name == q.device)
-    if not q.extra_failures:
-        where.append(or_(VerdictRow.extra_total.is_(None), VerdictRow.extra_passed >= VerdictRow.extra_total))
-    per_code = (VerdictRow.device_name, source)
-    return (
-        select(VerdictRow.device_name, Submission.submitter, Submission.model, Submission.id.label("submission_id"),
-               Submission.created_at, VerdictRow.median_ms, VerdictRow.q25_ms, VerdictRow.q75_ms,
-               VerdictRow.speedup_eager, VerdictRow.speedup_compile, VerdictRow.speed_of_light,
-               VerdictRow.peak_memory_bytes, VerdictRow.reference_peak_memory_bytes, VerdictRow.extra_passed,
-               VerdictRow.extra_total, VerdictRow.isolation, source.label("source"),
-               func.row_number().over(partition_by=per_code,
-                                      order_by=(Submission.created_at, Submission.id)).label("nth"),
-               func.count().over(partition_by=per_code).label("copies"))
-        .join(Submission, Submission.id == VerdictRow.submission_id)
-        .where(*where)
-        .subquery("firsts")
-    )
+def pool(session: Session, task: str, cache: Cache | None = None, version: tuple | None = None) -> Snapshot:
+    """The task's rankable verdicts (step 1) and their first verdict per code (steps 2-4), up to date: the app's
+    pool grown by the new rows, or a fresh one read whole. `version`: `Cache.version`, read once per request
+    (the pool reads nothing while it is unchanged)."""
+    if cache is None:
+        return Pool(task).refresh(session)
+    return cache.pools.get(task).refresh(session, version if version is not None else Cache.version(session))
 
 
-def entries_query(q: Query, ranked: bool):  # noqa: ANN201 - a SQLAlchemy Select
-    """Step 5: the best code per group (`by`), ordered per GPU model by the metric (scripts/bench_pages.py
-    prints its plan)."""
-    first = _candidates(q, ranked)
-    group = {"submitter": first.c.submitter, "model": first.c.model, "source": first.c.source}[q.by]
-    metric = first.c[q.sort]
-    larger = SORTS[q.sort]
-    order = (metric.desc() if larger else metric.asc(), first.c.created_at, first.c.submission_id)
-    name = first.c.submitter if q.by == "source" else group  # a sha256 is no name to show
-    best = (select(first, name.label("name"),
-                   func.row_number().over(partition_by=(first.c.device_name, group), order_by=order).label("best"))
-            .where(first.c.nth == 1, metric.is_not(None), group.is_not(None))
-            .subquery("best"))
-    m = best.c[q.sort]
-    query = (select(best).where(best.c.best == 1)
-             .order_by(best.c.device_name, m.desc() if larger else m.asc(), best.c.created_at, best.c.submission_id))
-    if not ranked:
-        query = query.order_by(None).order_by(best.c.device_name, best.c.created_at.desc())
-    return query
+Standing = tuple[Rankable, int]
+"""A verdict that stands for its code and its group (`by`), and how many verdicts of its code were folded in."""
 
 
-def _entries(session: Session, q: Query, ranked: bool) -> list:
-    return list(session.execute(entries_query(q, ranked)))
+def standings(snapshot: Snapshot, q: Query, ranked: bool) -> list[Standing]:
+    """Step 5: the best code per group (`by`), ordered per GPU model by the metric (ranked), or newest first."""
+    sign = -1.0 if SORTS[q.sort] else 1.0
+    best: dict[tuple[str, str], tuple[tuple, Rankable, int]] = {}
+    for row, copies in snapshot.firsts[(ranked, not q.extra_failures)].values():
+        if q.device and row.device_name != q.device:
+            continue
+        group = row.submitter if q.by == "submitter" else row.model if q.by == "model" else row.source
+        metric = getattr(row, q.sort)
+        if metric is None or group is None:
+            continue
+        order = (row.device_name, sign * metric, row.created_at, row.submission_id)
+        key = (row.device_name, group)
+        held = best.get(key)
+        if held is None or order < held[0]:
+            best[key] = (order, row, copies)
+    if ranked:
+        return [(row, copies) for _, row, copies in sorted(best.values(), key=itemgetter(0))]
+    newest = sorted(best.values(), key=lambda b: b[1].created_at, reverse=True)
+    return [(row, copies) for _, row, copies in sorted(newest, key=lambda b: b[1].device_name)]
 
 
 def _interval(row, sort: str) -> tuple[float, float]:  # noqa: ANN001
@@ -254,40 +233,47 @@ def tie_ranks(rows: list, sort: str) -> list[tuple[int, bool]]:
     return [(rank, shared[rank] > 1) for rank, _ in out]
 
 
-def _entry(row, rank: int | None = None, tied: bool = False) -> LeaderboardEntry:  # noqa: ANN001
+def _entry(standing: Standing, by: By, rank: int | None = None, tied: bool = False) -> LeaderboardEntry:
+    row, copies = standing
     label = "" if rank is None else f"={rank}" if tied else str(rank)
+    name = row.model if by == "model" else row.submitter  # per code (`source`) too: a sha256 is no name to show
     return LeaderboardEntry(
-        rank=rank, tied=tied, rank_label=label, name=row.name, submitter=row.submitter, model=row.model,
+        rank=rank, tied=tied, rank_label=label, name=name, submitter=row.submitter, model=row.model,
         submission_id=row.submission_id, median_ms=row.median_ms, q25_ms=row.q25_ms, q75_ms=row.q75_ms,
         speedup_eager=row.speedup_eager, speedup_compile=row.speedup_compile, speed_of_light=row.speed_of_light,
         peak_memory_bytes=row.peak_memory_bytes, reference_peak_memory_bytes=row.reference_peak_memory_bytes,
         extra_passed=row.extra_passed, extra_total=row.extra_total, isolation=row.isolation,
-        source_sha256=row.source, copies=row.copies, submitted_at=aware(row.created_at))
+        source_sha256=row.source, copies=copies, submitted_at=aware(row.created_at))
 
 
-def _ranked_rows(session: Session, q: Query) -> tuple[dict[str, tuple[list, list]], dict[str, list]]:
-    """Per GPU model: (ranked rows, their (rank, tied)), and the unranked rows; all pages at once."""
-    by_device: dict[str, list] = {}
-    for row in _entries(session, q, ranked=True):
-        by_device.setdefault(row.device_name, []).append(row)
-    unranked: dict[str, list] = {}
-    for row in _entries(session, q, ranked=False):
-        unranked.setdefault(row.device_name, []).append(row)
-    return {d: (rows, tie_ranks(rows, q.sort)) for d, rows in by_device.items()}, unranked
+def _ranked_rows(snapshot: Snapshot, q: Query) -> tuple[dict[str, list[Standing]], dict[str, list[Standing]]]:
+    """Per GPU model: the ranked standings, best first, and the unranked ones; all pages at once."""
+    by_device: dict[str, list[Standing]] = {}
+    for standing in standings(snapshot, q, ranked=True):
+        by_device.setdefault(standing[0].device_name, []).append(standing)
+    unranked: dict[str, list[Standing]] = {}
+    for standing in standings(snapshot, q, ranked=False):
+        unranked.setdefault(standing[0].device_name, []).append(standing)
+    return by_device, unranked
 
 
 def leaderboard(session: Session, q: Query, cache: Cache | None = None, version: tuple | None = None) -> Leaderboard:
     """Per GPU model: the ranked entries in [offset, offset + limit) and the unranked (weaker isolation) ones."""
     whole = Query(task=q.task, by=q.by, sort=q.sort, device=q.device, extra_failures=q.extra_failures)
-    by_device, unranked = cached(cache, session, ("board", whole), lambda: _ranked_rows(session, whole), version)
+    snapshot = pool(session, q.task, cache, version)
+    by_device, unranked = cached(cache, ("board", whole), snapshot.version, lambda: _ranked_rows(snapshot, whole))
     boards = []
     for device in sorted(set(by_device) | set(unranked)):
-        rows, ranks = by_device.get(device, ([], []))
-        window = range(q.offset, min(len(rows), q.offset + q.limit))
+        found = by_device.get(device, [])
+        end = min(len(found), q.offset + q.limit)
+        # A rank depends on the rows above it, and whether it is shared on the row below: the rows down to one
+        # past the page are enough (a page deep in a long board costs its depth, not the board's length).
+        ranks = tie_ranks([row for row, _ in found[:end + 1]], q.sort)
+        window = range(q.offset, end)
         boards.append(DeviceBoard(
-            device_name=device, total=len(rows),
-            entries=[_entry(rows[i], *ranks[i]) for i in window],
-            unranked=[_entry(r) for r in unranked.get(device, [])[:UNRANKED_LIMIT]]))
+            device_name=device, total=len(found),
+            entries=[_entry(found[i], q.by, *ranks[i]) for i in window],
+            unranked=[_entry(s, q.by) for s in unranked.get(device, [])[:UNRANKED_LIMIT]]))
     return Leaderboard(task=q.task, by=q.by, sort=q.sort, extra_failures=q.extra_failures, offset=q.offset,
                        limit=q.limit, devices=boards)
 
@@ -307,41 +293,45 @@ def baselines(session: Session, task: str) -> dict[str, DeviceBaseline]:
     return {b.device_name: b for b in crud.device_baselines(session, task)}
 
 
-def summaries(session: Session, task: str) -> list[DeviceSummary]:
+def summaries(session: Session, task: str, cache: Cache | None = None,
+              version: tuple | None = None) -> list[DeviceSummary]:
     """Per GPU model seen for the task: correct count, best ranked speedup and time, baselines."""
-    ranked = VerdictRow.isolation.like(f"{RANKED_ISOLATION}%")
-    rows = session.execute(
-        select(VerdictRow.device_name, func.count().label("correct"),
-               func.max(VerdictRow.speedup_eager).filter(ranked).label("best"),
-               func.min(VerdictRow.median_ms).filter(ranked).label("fastest"))
-        .where(VerdictRow.task_id == task, VerdictRow.status == Status.CORRECT, VerdictRow.device_name.is_not(None))
-        .group_by(VerdictRow.device_name).order_by(VerdictRow.device_name))
-    base = baselines(session, task)
-    return [DeviceSummary(device_name=r.device_name, correct=r.correct, best_speedup_eager=r.best,
-                          best_median_ms=r.fastest, baseline=base.get(r.device_name)) for r in rows]
+    snapshot = pool(session, task, cache, version)
+
+    def compute() -> list[tuple[str, int, float | None, float | None]]:
+        per_device: dict[str, list[Rankable]] = {}
+        for row in snapshot.rows:
+            per_device.setdefault(row.device_name, []).append(row)
+        out = []
+        for device, rows in sorted(per_device.items()):
+            ranked = [r for r in rows if r.ranked]
+            out.append((device, len(rows), max((r.speedup_eager for r in ranked if r.speedup_eager is not None),
+                                               default=None), min((r.median_ms for r in ranked), default=None)))
+        return out
+
+    # Baselines come with any verdict (an incorrect one too): keyed on the whole table's version.
+    base = cached(cache, ("baselines", task), version if version is not None else Cache.version(session),
+                  lambda: baselines(session, task)) if cache is not None else baselines(session, task)
+    return [DeviceSummary(device_name=device, correct=correct, best_speedup_eager=best, best_median_ms=fastest,
+                          baseline=base.get(device))
+            for device, correct, best, fastest in cached(cache, ("summaries", task), snapshot.version, compute)]
 
 
-def speedups(session: Session, task: str, device: str) -> list[float]:
+def speedups(rows: Iterable[Rankable], device: str) -> list[float]:
     """Speedup vs eager of every correct, timed verdict on the GPU model (every submission, not one per code)."""
-    return list(session.scalars(select(VerdictRow.speedup_eager).where(
-        VerdictRow.task_id == task, VerdictRow.status == Status.CORRECT, VerdictRow.device_name == device,
-        VerdictRow.speedup_eager > 0)))
+    return [r.speedup_eager for r in rows if r.device_name == device and (r.speedup_eager or 0) > 0]
 
 
-def record_times(session: Session, task: str, device: str) -> list[tuple[dt.datetime, float]]:
+def record_times(rows: Iterable[Rankable], device: str) -> list[tuple[dt.datetime, float]]:
     """The best ranked time over time: each (submitted_at, median_ms) that beat every earlier one."""
-    earlier_best = func.min(VerdictRow.median_ms).over(
-        partition_by=VerdictRow.device_name, order_by=(Submission.created_at, Submission.id), rows=(None, -1))
-    timeline = (select(Submission.created_at, VerdictRow.median_ms, earlier_best.label("before"))
-                .join(Submission, Submission.id == VerdictRow.submission_id)
-                .where(VerdictRow.task_id == task, VerdictRow.status == Status.CORRECT,
-                       VerdictRow.device_name == device, VerdictRow.median_ms.is_not(None),
-                       VerdictRow.isolation.like(f"{RANKED_ISOLATION}%"))
-                .subquery())
-    rows = session.execute(select(timeline.c.created_at, timeline.c.median_ms)
-                           .where(or_(timeline.c.before.is_(None), timeline.c.median_ms < timeline.c.before))
-                           .order_by(timeline.c.created_at))
-    return [(aware(r.created_at), r.median_ms) for r in rows]
+    timeline = sorted((r for r in rows if r.device_name == device and r.ranked),
+                      key=lambda r: (r.created_at, r.submission_id))
+    records, best = [], None
+    for row in timeline:
+        if best is None or row.median_ms < best:
+            records.append((aware(row.created_at), row.median_ms))
+            best = row.median_ms
+    return records
 
 
 def devices_seen(session: Session, task: str) -> list[str]:

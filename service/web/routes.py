@@ -42,9 +42,7 @@ def not_found(request: Request, what: str) -> HTMLResponse:
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, session: ReadSessionDep) -> HTMLResponse:
     cache, version = ranking.cache_for(request.app.state), ranking.Cache.version(session)
-    tasks = [(task, ranking.cached(cache, session, ("summaries", task.id.value),
-                                   lambda t=task: ranking.summaries(session, t.id.value), version))
-             for task in all_tasks()]
+    tasks = [(task, ranking.summaries(session, task.id.value, cache, version)) for task in all_tasks()]
     return page(request, "index.html", tasks=tasks)
 
 
@@ -67,19 +65,20 @@ def leaderboard(
                           offset=(page_no - 1) * PAGE_SIZE, limit=PAGE_SIZE)
     cache, version = ranking.cache_for(request.app.state), ranking.Cache.version(session)
     board = ranking.leaderboard(session, query, cache, version)
+    rankable = cache.pools.get(task.id.value).snapshot  # refreshed by `leaderboard` a moment ago
     now = dt.datetime.now(dt.timezone.utc)
 
     def device_figures(device: str) -> tuple:
-        return (plots.speedup_histogram(ranking.speedups(session, task.id.value, device)),
-                ranking.record_times(session, task.id.value, device))
+        return (plots.speedup_histogram(ranking.speedups(rankable.rows, device)),
+                ranking.record_times(rankable.rows, device))
 
     figures = {}
     for d in board.devices:
-        histogram, records = ranking.cached(cache, session, ("figures", task.id.value, d.device_name),
-                                            lambda name=d.device_name: device_figures(name), version)
+        histogram, records = ranking.cached(cache, ("figures", task.id.value, d.device_name), rankable.version,
+                                            lambda name=d.device_name: device_figures(name))
         figures[d.device_name] = (histogram, plots.best_over_time(records, now))
-    devices = ranking.cached(cache, session, ("devices", task.id.value),
-                             lambda: ranking.devices_seen(session, task.id.value), version)
+    devices = ranking.cached(cache, ("devices", task.id.value), version,
+                             lambda: ranking.devices_seen(session, task.id.value))
     # For the pagination links: the same filters, empty ones left out.
     chosen = (("by", by), ("sort", sort), ("device", device), ("extra_failures", extra_failures and "true"))
     params = {k: v for k, v in chosen if v}

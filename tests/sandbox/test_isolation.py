@@ -202,7 +202,9 @@ def test_namespace_alone_kills_detached_process(tmp_path: Path, mechanism: str, 
             os._exit(0)
         os.read(ready_r, 1)
     """, marker)
-    assert done.returncode == 0 and done.pids_mechanism == "none"
+    # No cgroup: nothing bounds the pids but the namespace, or, for a judge that is not root (as in the image),
+    # RLIMIT_NPROC; what kills the grandchild here is the namespace either way.
+    assert done.returncode == 0 and done.pids_mechanism in ("none", "rlimit-nproc")
     assert host_processes_with(marker) == []
 
 
@@ -484,6 +486,7 @@ def test_named_weaker_isolation_judges_and_is_recorded(judge_config: JudgeConfig
 
     from sandbox import Status, judge
 
+    need("unshare")  # util-linux unshare needs CAP_SYS_ADMIN: not in an unprivileged container
     monkeypatch.setenv("JUDGE_BWRAP", "/nonexistent/bwrap")
     verdict = judge("kl_div", KL_CORRECT.read_text(), "cpu", config=replace(judge_config, isolation="unshare"))
     assert verdict.status is Status.CORRECT, verdict.diagnosis

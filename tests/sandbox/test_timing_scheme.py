@@ -7,7 +7,9 @@ fp64 truth in this process), once with the host's CPUs saturated by busy process
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -142,14 +144,17 @@ def test_speed_of_light() -> None:
 
 @pytest.fixture
 def saturated_cpus():
-    """BUSY_PROCESSES pure-Python busy loops, each bounded by `timeout` should this test die."""
-    procs = [subprocess.Popen(["timeout", "300", sys.executable, "-c", "while True: pass"])
+    """BUSY_PROCESSES pure-Python busy loops, each bounded by `timeout` should this test die.
+
+    Each in a session of its own, killed as a group: killing `timeout` alone left its busy loop running for
+    the rest of the test run (three spinners on two cores, found by the suite's durations)."""
+    procs = [subprocess.Popen(["timeout", "300", sys.executable, "-c", "while True: pass"], start_new_session=True)
              for _ in range(BUSY_PROCESSES)]
     try:
         yield
     finally:
         for proc in procs:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 

@@ -66,3 +66,44 @@ def test_tie_groups_compare_with_the_head_not_the_neighbour():
     # 1.00 +-0.02 overlaps 1.03 +-0.02 (rank =1); 1.06 overlaps 1.03 but not the head 1.00: it starts rank 3.
     rows = [Row(1.00, 0.02), Row(1.03, 0.02), Row(1.06, 0.02)]
     assert tie_ranks(rows, "median_ms") == [(1, True), (1, True), (3, False)]
+
+
+def _pool(client, db, task: str = "kl_div"):  # noqa: ANN001, ANN202
+    """The API app's pool of rankable verdicts for `task` (service/rankable.py), as the last request left it."""
+    return client.app.state.ranking_cache.pools.get(task)
+
+
+def test_a_new_verdict_is_read_alone_and_ranked_at_once(client, seeder, db):
+    slow = seeder.add("ann", "m", "A", 1.0)
+    seeder.add("bob", "m", "B", 0.5, status="incorrect")  # not rankable: the pool is unchanged by it
+    assert [e["submission_id"] for e in board(client)["entries"]] == [slow]
+    pool = _pool(client, db)
+    assert pool.full_reads == 1 and len(pool.rows) == 1
+    fast = seeder.add("cat", "m", "C", 0.5)
+    assert [e["submission_id"] for e in board(client)["entries"]] == [fast, slow]
+    assert pool.full_reads == 1 and len(pool.rows) == 2, "only the new verdict is read"
+    page = client.get("/leaderboard/kl_div")
+    assert page.status_code == 200 and fast in page.text
+    assert pool.full_reads == 1
+
+
+def test_a_smaller_id_committed_late_is_not_missed(client, seeder, db):
+    """PostgreSQL ids are not commit-ordered: a verdict with an id below the largest one read can appear
+    later. The pool sees its count differ and reads everything again."""
+    from sqlalchemy import update
+
+    from service.db.models import VerdictRow
+
+    seeder.add("ann", "m", "A", 1.0)
+    top = seeder.add("bob", "m", "B", 0.9)
+    with db.transaction() as session:
+        session.execute(update(VerdictRow).where(VerdictRow.submission_id == top).values(id=100))
+    assert len(board(client)["entries"]) == 2
+    pool = _pool(client, db)
+    assert pool.version == (2, 100) and pool.full_reads == 1
+    late = seeder.add("cat", "m", "C", 0.8)
+    with db.transaction() as session:
+        session.execute(update(VerdictRow).where(VerdictRow.submission_id == late).values(id=50))
+    entries = board(client)["entries"]
+    assert entries[0]["submission_id"] == late and len(entries) == 3
+    assert pool.version == (3, 100) and pool.full_reads == 2

@@ -1,10 +1,11 @@
 r"""Training: the backward writes the (correct) gradient into one buffer it keeps, and hands that same
 tensor back as predictions.grad on every step. A gradient must be a fresh tensor: the judge keeps the
-previous step's gradient alive, so an honest new one can never share its memory; this one does.
+gradients of the batch's earlier steps and of the previous batch alive, so an honest new one can never share
+their memory; this one does.
 
 expect: incorrect
 task: kl_div_train
-diagnosis: previous call's gradient
+diagnosis: (a recycled gradient)
 """
 import torch
 import torch.nn as nn
