@@ -3,6 +3,10 @@
 Each file says `expect:` (a status, or an alternation such as `(tamper_detected|incorrect)` where two
 defences may fire first), `task:` and optionally `diagnosis:` (a regular expression the diagnosis must
 match). The judge runs for real: ninja and g++ builds, an isolated child, fp64 truth in this process.
+
+All files are judged by this one test process in name order, so the judge's survival is covered too: after
+`cpu/infinite_loop.py` (a hang) and `cpu/segfault.py` (a crash), later files still get their verdicts
+(`kl_div_cpp_correct.py` and the hostile directory's honest control, `correct`).
 """
 
 from __future__ import annotations
@@ -48,16 +52,6 @@ def test_corpus_candidate_gets_expected_verdict(path: Path, judge_config, fast_c
     assert Verdict.model_validate_json(verdict.model_dump_json()).model_dump_json() == verdict.model_dump_json()
     if verdict.status is Status.CORRECT:
         check_correct(verdict)
-
-
-def test_judge_survives_crash_and_hang_then_judges_correctly(judge_config, fast_config) -> None:
-    """After a segfault and an infinite loop, the same judge process still gives a correct verdict."""
-    for name, expected, config in [("segfault.py", Status.RUNTIME_ERROR, judge_config),
-                                   ("infinite_loop.py", Status.TIMEOUT, fast_config),
-                                   ("kl_div_cpp_correct.py", Status.CORRECT, judge_config)]:
-        path = CORPUS / "cpu" / name
-        verdict = judge(corpus_meta(path)["task"], path.read_text(), "cpu", config=config)
-        assert verdict.status is expected, verdict.diagnosis
 
 
 def test_compile_error_keeps_the_full_log_and_leads_with_the_error(judge_config) -> None:
