@@ -328,29 +328,33 @@ class Execution:
 
     def trial(self, index: int, shape: tuple[int, ...], distribution: str, *, extra: bool = False) -> TrialResult:
         seed = secrets.randbits(62)
-        truth, prints = self.truth(shape, distribution, seed)
+        truth = self.call_truth(shape, distribution, seed)
         step = f"{'extra shape' if extra else 'trial'} {index} ({distribution}, shape {list(shape)})"
-        reply, raw = self.ask(msg.Trial(shape=list(shape), distribution=distribution, seed=seed), msg.TrialReply, step,
-                              self.config.call_timeout_s)
+        reply, raw = self.ask(msg.Trial(shape=list(shape), distribution=distribution, seed=seed), self.trial_reply,
+                              step, self.config.call_timeout_s)
         base = {"trial": index, "distribution": distribution, "shape": list(shape), "seed": seed}
         if reply.rejected_output:
             return TrialResult(**base, passed=False, message=reply.rejected_output)
-        assert isinstance(reply, msg.TrialReply)
-        if reply.before != prints:
+        assert isinstance(reply, self.trial_reply)
+        if reply.before != truth.prints:
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
-                        "the input generator was tampered with", rule="inputs", judge=prints, child=reply.before)
-        if reply.after != prints:
-            return TrialResult(**base, passed=False, message="forward() modified its inputs in place")
-        self.custom_evidence.update(reply.custom_calls, reply.custom_ops, reply.custom_kernels)
+                        "the input generator was tampered with", rule="inputs", judge=truth.prints, child=reply.before)
+        if reply.after != truth.prints:
+            return TrialResult(**base, passed=False, message=self.modified_inputs)
+        self.record_evidence(reply)
         try:
             out = self.output(reply, raw.payloads, step)
         except _Stop as stop:
             if stop.status is Status.INCORRECT:
                 return TrialResult(**base, passed=False, message=stop.diagnosis)
             raise
-        cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
-        return TrialResult(**base, passed=cmp.passed, max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error,
-                           worst_index=cmp.worst_index, expected=cmp.expected, got=cmp.got, message=cmp.message)
+        cmp = compare(out, truth.output, self.task.tolerance.atol, self.task.tolerance.rtol)
+        fields = dict(max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error, worst_index=cmp.worst_index,
+                      expected=cmp.expected, got=cmp.got)
+        if not cmp.passed:
+            return TrialResult(**base, passed=False, message=f"{self.output_name}{cmp.message}", **fields)
+        failure = self.check_trial(step, shape, truth)
+        return TrialResult(**base, passed=failure is None, message=failure, **fields)
 
     def timing_distributions(self) -> tuple[str, ...]:
         """Where each timed call's distribution is drawn from, uniformly and afresh per call (the task decides)."""
@@ -373,7 +377,7 @@ class Execution:
         timeout = self.config.call_timeout_s * len(distributions)
         self.session.send(self.arm_command(distributions, seeds, empty).model_dump())
         # The child is making its inputs, not timing: the parent's own work for these calls goes here.
-        truths = [] if empty else [self.timed_truth(d, seed) for d, seed in zip(distributions, seeds)]
+        truths = [] if empty else [self.call_truth(self.shape, d, seed) for d, seed in zip(distributions, seeds)]
         armed, _ = self.read(self.session.receive(timeout), msg.ArmReply, step)
         if not empty and armed.before_all != [t.prints for t in truths]:
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
@@ -415,17 +419,28 @@ class Execution:
 
     # --- what a training task changes (sandbox/training.py overrides these) -----------------------------
 
+    trial_reply = msg.TrialReply  # (a class attribute, not a dataclass field: no annotation)
     modified_inputs = "forward() modified its inputs in place"
+    output_name = ""
+    """What a failed output comparison's message is prefixed with (a training step's output is its loss)."""
 
     def arm_command(self, distributions: tuple[str, ...], seeds: list[int], empty: bool) -> msg.Arm:
         calls = [msg.ArmedCall(distribution=d, seed=s) for d, s in zip(distributions, seeds)]
         return msg.Arm(shape=list(self.shape), distribution=distributions[0], seed=seeds[0], more=calls[1:],
                        null=empty)
 
-    def timed_truth(self, distribution: str, seed: int) -> CallTruth:
-        """What the parent knows of one timed call before the child runs it."""
-        output, prints = self.truth(self.shape, distribution, seed)
+    def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> CallTruth:
+        """What the parent knows of one call (a trial or a timed call) before the child runs it."""
+        output, prints = self.truth(shape, distribution, seed)
         return CallTruth(output, prints)
+
+    def record_evidence(self, reply: msg.TrialReply) -> None:
+        """What a trial showed of the candidate's own code running (the custom-kernel rule)."""
+        self.custom_evidence.update(reply.custom_calls, reply.custom_ops, reply.custom_kernels)
+
+    def check_trial(self, step: str, shape: tuple[int, ...], truth: CallTruth) -> str | None:
+        """Why a trial whose output passed still fails, or None; nothing more for a forward."""
+        return None
 
     def check_timed_call(self, label: str, position: int, truth: CallTruth) -> None:
         """Checks of one timed call beyond its output and inputs (`position` in its batch); none for a forward."""

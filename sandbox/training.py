@@ -41,7 +41,7 @@ from sandbox.compare import compare, dtype_name, tensor_from_bytes
 from sandbox.execute import CallTruth, Execution, _Stop
 from sandbox.timing import batch_size, summarize
 from sandbox.training_child import projection_weights
-from sandbox.verdict import Status, TimingStats, TrialResult
+from sandbox.verdict import Status, TimingStats
 
 GRAD_SAMPLE_BYTES = 8 << 20
 """Raw gradient rows read back per checked step: all rows at the CPU sizes (128 KiB), 128 rows of kl_div
@@ -169,18 +169,17 @@ class TrainingExecution(Execution):
     custom_function: bool = False
     gradient_stats: list[dict[str, Any]] = field(default_factory=list)
 
-    def truths(self, shape: tuple[int, ...], distribution: str, seed: int,
-               gradient: bool = True) -> tuple[torch.Tensor, list[str], GradientTruth | None]:
+    def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> CallTruth:
         """fp64 loss truth, input fingerprints and (unless the forward alone is timed) the gradient's truth."""
         from sandbox.compare import fingerprint
 
         inputs = self.task.make_inputs(shape, distribution, seed, torch.device(self.device))
         loss = self.task.ground_truth(inputs).cpu()
         prints = fingerprint(inputs)
-        grad = gradient_truth(self.task, inputs, seed) if gradient else None
+        grad = None if self.forward_only else gradient_truth(self.task, inputs, seed)
         del inputs
         self.truth_checks += 1
-        return loss, prints, grad
+        return CallTruth(loss, prints, grad)
 
     def check_grad(self, truth: GradientTruth, shape: tuple[int, ...], step: str, call: int = 0) -> GradientResult:
         """Ask for the gradient step `call` of the last trial or batch left (weights and rows only now); check it."""
@@ -195,38 +194,22 @@ class TrainingExecution(Execution):
 
     # --- correctness ------------------------------------------------------------------------------
 
-    def trial(self, index: int, shape: tuple[int, ...], distribution: str, *, extra: bool = False) -> TrialResult:
-        seed = secrets.randbits(62)
-        truth, prints, grad_truth = self.truths(shape, distribution, seed)
-        step = f"{'extra shape' if extra else 'trial'} {index} ({distribution}, shape {list(shape)})"
-        reply, raw = self.ask(msg.Trial(shape=list(shape), distribution=distribution, seed=seed), msg.TrainTrialReply,
-                              step, self.config.call_timeout_s)
-        base = {"trial": index, "distribution": distribution, "shape": list(shape), "seed": seed}
-        if reply.rejected_output:
-            return TrialResult(**base, passed=False, message=reply.rejected_output)
+    # Execution.trial with a training step's differences: the reply carries the backward's evidence too, and a
+    # trial whose loss passed is checked for its gradient (`grad_check`, weights and rows drawn only now).
+    trial_reply = msg.TrainTrialReply
+    modified_inputs = "forward() or backward() modified its inputs in place"
+    output_name = "loss: "
+
+    def record_evidence(self, reply: msg.TrialReply) -> None:
+        super().record_evidence(reply)
         assert isinstance(reply, msg.TrainTrialReply)
-        if reply.before != prints:
-            raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
-                        "the input generator was tampered with", rule="inputs", judge=prints, child=reply.before)
-        if reply.after != prints:
-            return TrialResult(**base, passed=False, message="forward() or backward() modified its inputs in place")
-        self.custom_evidence.update(reply.custom_calls, reply.custom_ops, reply.custom_kernels)
         self.backward_evidence.update(reply.backward_custom_calls, reply.backward_custom_ops,
                                       reply.backward_custom_kernels)
         self.custom_function = self.custom_function or reply.custom_function
-        try:
-            out = self.output(reply, raw.payloads, step)
-        except _Stop as stop:
-            if stop.status is Status.INCORRECT:
-                return TrialResult(**base, passed=False, message=stop.diagnosis)
-            raise
-        cmp = compare(out, truth, self.task.tolerance.atol, self.task.tolerance.rtol)
-        fields = dict(max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error, worst_index=cmp.worst_index,
-                      expected=cmp.expected, got=cmp.got)
-        if not cmp.passed:
-            return TrialResult(**base, passed=False, message=f"loss: {cmp.message}", **fields)
-        grad = self.check_grad(grad_truth, shape, step)
-        return TrialResult(**base, passed=grad.passed, message=grad.message, **fields)
+
+    def check_trial(self, step: str, shape: tuple[int, ...], truth: CallTruth) -> str | None:
+        grad = self.check_grad(truth.gradient, shape, step)
+        return None if grad.passed else grad.message
 
     def correctness(self) -> None:
         super().correctness()
@@ -288,18 +271,12 @@ class TrainingExecution(Execution):
         held = self.task.training.forward_min_bytes(self.shape) + 2 * rows * cols * 4
         return batch_size(torch.device(self.device), held)
 
-    # Execution.timed_batch with a training step's differences: the forward alone is armed as such, each
-    # step's gradient truth is made while the child makes its inputs, and each step's gradient is checked
-    # (`grad_check`, weights and rows drawn only now) once its loss has passed.
-    modified_inputs = "forward() or backward() modified its inputs in place"
-
+    # Execution.timed_batch with a training step's differences: the forward alone is armed as such (and has no
+    # gradient truth: `call_truth`), and each step's gradient is checked (`grad_check`, weights and rows drawn
+    # only now) once its loss has passed.
     def arm_command(self, distributions: tuple[str, ...], seeds: list[int], empty: bool) -> msg.Arm:
         arm = super().arm_command(distributions, seeds, empty)
         return arm.model_copy(update={"forward_only": self.forward_only and not empty})
-
-    def timed_truth(self, distribution: str, seed: int) -> CallTruth:
-        loss, prints, gradient = self.truths(self.shape, distribution, seed, gradient=not self.forward_only)
-        return CallTruth(loss, prints, gradient)
 
     def check_timed_call(self, label: str, position: int, truth: CallTruth) -> None:
         if truth.gradient is None:
