@@ -376,15 +376,14 @@ class Child:
         meta = {"dtype": _compare.dtype_name(host.dtype), "shape": list(host.shape)}
         return meta, host.view(-1).view(torch.uint8).numpy().tobytes()
 
-    def trial(self, cmd: _protocol.Trial) -> tuple[dict[str, Any], list[bytes]]:
-        inputs = self._inputs(cmd)
-        before = _compare.fingerprint(inputs)
-        custom_calls: set[str] = set()
+    def _profiled(self, fn: Callable[[], Any]) -> tuple[Any, set[str], set[str]]:
+        """fn() under the profiler and sys.setprofile: (result, calls into built extensions, event names)."""
+        calls: set[str] = set()
         modules = self.extension_modules
 
         def watch(frame: Any, event: str, arg: Any) -> None:
             if event == "c_call" and getattr(arg, "__module__", None) in modules:
-                custom_calls.add(f"{arg.__module__}.{getattr(arg, '__name__', '?')}")
+                calls.add(f"{arg.__module__}.{getattr(arg, '__name__', '?')}")
 
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.device.type == "cuda":
@@ -392,19 +391,29 @@ class Child:
         with torch.profiler.profile(activities=activities) as prof:
             sys.setprofile(watch)
             try:
-                out = self.model(*inputs)
+                result = fn()
             finally:
                 sys.setprofile(None)
             self.clock.synchronize()
-            meta, payload = self._output_payload(out, inputs)
-        after = _compare.fingerprint(inputs)
-        names = {evt.name for evt in prof.events()}
-        # Operators the candidate registered itself (TORCH_LIBRARY): "myext::op", in a namespace of its own.
-        # Device kernel names ("void at::native::reduce_kernel<...>") also contain "::" and never count.
-        ops = sorted(n for n in names if _CUSTOM_OP.fullmatch(n) and n.split("::")[0] not in _TORCH_NAMESPACES)
+        return result, calls, {evt.name for evt in prof.events()}
+
+    def _evidence(self, calls: set[str], names: set[str]) -> tuple[list[str], list[str], list[str]]:
+        """(calls into built extensions, operators the candidate registered itself, its kernels that ran).
+        Its own operators (TORCH_LIBRARY) are "myext::op", in a namespace of its own; device kernel names
+        ("void at::native::reduce_kernel<...>") also contain "::" and never count."""
+        ops = sorted(n for n in names
+                     if _CUSTOM_OP.fullmatch(n) and n.split("::")[0] not in _TORCH_NAMESPACES)
         kernels = sorted(n for n in names if any(k in n for k in self.kernel_names))
-        meta.update(before=before, after=after, custom_calls=sorted(custom_calls), custom_ops=ops,
-                    custom_kernels=kernels[:20])
+        return sorted(calls), ops, kernels[:20]
+
+    def trial(self, cmd: _protocol.Trial) -> tuple[dict[str, Any], list[bytes]]:
+        inputs = self._inputs(cmd)
+        before = _compare.fingerprint(inputs)
+        out, calls, names = self._profiled(lambda: self.model(*inputs))
+        meta, payload = self._output_payload(out, inputs)
+        after = _compare.fingerprint(inputs)
+        calls_, ops, kernels = self._evidence(calls, names)
+        meta.update(before=before, after=after, custom_calls=calls_, custom_ops=ops, custom_kernels=kernels)
         return meta, [payload]
 
     def estimate(self, cmd: _protocol.Estimate) -> dict[str, Any]:

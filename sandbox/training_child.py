@@ -171,33 +171,6 @@ class TrainingChild(_child.Child):
 
     # --- commands ---------------------------------------------------------------------------------
 
-    def _profiled(self, fn: Callable[[], Any]) -> tuple[Any, set[str], set[str]]:
-        """fn() under the profiler and sys.setprofile: (result, calls into built extensions, event names)."""
-        calls: set[str] = set()
-        modules = self.extension_modules
-
-        def watch(frame: Any, event: str, arg: Any) -> None:
-            if event == "c_call" and getattr(arg, "__module__", None) in modules:
-                calls.add(f"{arg.__module__}.{getattr(arg, '__name__', '?')}")
-
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as prof:
-            sys.setprofile(watch)
-            try:
-                result = fn()
-            finally:
-                sys.setprofile(None)
-            self.clock.synchronize()
-        return result, calls, {evt.name for evt in prof.events()}
-
-    def _evidence(self, calls: set[str], names: set[str]) -> tuple[list[str], list[str], list[str]]:
-        ops = sorted(n for n in names
-                     if _child._CUSTOM_OP.fullmatch(n) and n.split("::")[0] not in _child._TORCH_NAMESPACES)
-        kernels = sorted(n for n in names if any(k in n for k in self.kernel_names))
-        return sorted(calls), ops, kernels[:20]
-
     def trial(self, cmd: _protocol.Trial) -> tuple[dict[str, Any], list[bytes]]:
         inputs = self._inputs(cmd)
         before = _compare.fingerprint(inputs)
