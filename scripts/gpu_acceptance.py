@@ -6,7 +6,9 @@ Run on the GPU machine (see docs/benchmarks.md for the exact command):
 
 It builds every candidate first in parallel (the service's compile pool does the same), then judges
 them one at a time on the device, then judges the fast kernels REPEAT more times to show how stable the
-speedups are. Every candidate file declares `expect:` and `task:` in its docstring; the table says
+speedups are (each repeat its own child, as separate jobs are). With --warm every candidate gets a
+pre-started child (sandbox.warm.WarmPool, as the worker does), so the `held s` column is the device time
+the service pays per candidate. Every candidate file declares `expect:` and `task:` in its docstring; the table says
 whether the verdict matched. Writes `gpu_acceptance.md` (the tables) and `verdicts.json` (every verdict).
 """
 
@@ -27,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox import JudgeConfig, Verdict, execute, prepare  # noqa: E402
 from sandbox.environment import describe  # noqa: E402
+from sandbox.warm import WarmPool  # noqa: E402
 
 _HEADER = re.compile(r"^(expect|task|diagnosis|min_ms):\s*(.+?)\s*$", re.M)
 
@@ -61,12 +64,13 @@ def row(name: str, m: dict[str, str], v: Verdict, wall_s: float) -> str:
     if v.extra_shapes:
         extra = f"{sum(e.passed for e in v.extra_shapes)}/{len(v.extra_shapes)}"
     diag = v.diagnosis.replace("\n", " ").replace("|", "\\|")[:160]
+    held = v.details.get("cost", {}).get("device_held_s")
     return f"| {name} | {m.get('task')} | {m.get('expect')} | {v.status.value} | {ok} | " + " | ".join(cells) + \
-        f" | {extra} | {wall_s:.1f} | {diag} |"
+        f" | {extra} | {wall_s:.1f} | {'-' if held is None else f'{held:.2f}'} | {diag} |"
 
 
 HEAD = ("| candidate | task | expected | verdict | match | median ms | IQR ms | vs eager | vs compile | % SoL | "
-        "peak MiB (cand / ref) | extra shapes | judge s | diagnosis |\n|" + "---|" * 14)
+        "peak MiB (cand / ref) | extra shapes | judge s | held s | diagnosis |\n|" + "---|" * 15)
 
 
 def main() -> int:
@@ -78,6 +82,7 @@ def main() -> int:
     parser.add_argument("--repeat-files", nargs="*", default=["kl_div_fast.py", "cross_entropy_fast.py"])
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     parser.add_argument("--compile-workers", type=int, default=8)
+    parser.add_argument("--warm", action="store_true", help="judge on pre-started children, as the worker does")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     config = JudgeConfig()
@@ -87,10 +92,13 @@ def main() -> int:
         files = [p for p in files if p.name in args.only]
     metas = {p: meta(p) for p in files}
     files = [p for p in files if metas[p].get("task")]
+    if args.warm:  # a spare is started for one task: judge task by task, or every switch waits for a start
+        files.sort(key=lambda p: metas[p]["task"])
 
+    target = "cuda" if args.device.startswith("cuda") else "cpu"  # cpu: a check of this script here
     t0 = time.monotonic()
     with ThreadPoolExecutor(args.compile_workers) as pool:
-        prepared = dict(zip(files, pool.map(lambda p: prepare(metas[p]["task"], p.read_text(), target="cuda",
+        prepared = dict(zip(files, pool.map(lambda p: prepare(metas[p]["task"], p.read_text(), target=target,
                                                                     config=replace(config, compile_jobs=4)), files)))
     print(f"built {len(files)} candidates in {time.monotonic() - t0:.0f} s", flush=True)
 
@@ -107,17 +115,23 @@ def main() -> int:
             "",
             f"Repeated judging ({args.repeat} runs of execute on the same build; spread = (max - min) / mean):",
             "",
-            "| candidate | medians ms | speedup vs compile | speedup vs eager |",
-            "|---|---|---|---|",
+            "| candidate | medians ms | held s | speedup vs compile | speedup vs eager |",
+            "|---|---|---|---|---|",
             *repeat_lines,
         ]
         (args.out / "gpu_acceptance.md").write_text("\n".join(text) + "\n")
         (args.out / "verdicts.json").write_text(json.dumps(verdicts, indent=1))
 
+    pool = WarmPool([args.device], config, spares=1) if args.warm else None
+
+    def judge(p, cfg: JudgeConfig) -> Verdict:
+        child = pool.acquire(args.device, p.task_id) if pool else None
+        return execute(p, args.device, config=cfg, child=child)
+
     for path in files:
         t1 = time.monotonic()
         p = prepared[path]
-        v = p if isinstance(p, Verdict) else execute(p, args.device, config=config)
+        v = p if isinstance(p, Verdict) else judge(p, config)
         wall = time.monotonic() - t1
         verdicts[str(path.relative_to(ROOT))] = json.loads(v.model_dump_json())
         rows.append(row(str(path.relative_to(ROOT)), metas[path], v, wall))
@@ -130,19 +144,23 @@ def main() -> int:
             continue
         path = matches[0]
         speedups: dict[str, list[float]] = {}
-        medians = []
+        medians, held = [], []
         for _ in range(args.repeat):
-            v = execute(prepared[path], args.device, config=replace(config, check_extra_shapes=False))
+            v = judge(prepared[path], replace(config, check_extra_shapes=False))
             if v.performance is None:
                 repeat_lines.append(f"| {name} | {v.status.value}: {v.diagnosis[:100]} |")
                 break
             medians.append(v.performance.candidate.median_ms)
+            held.append(v.details.get("cost", {}).get("device_held_s") or float("nan"))
             for k, s in v.performance.speedups.items():
                 speedups.setdefault(k, []).append(s)
         if medians:
             spread = {k: (max(s) - min(s)) / statistics.mean(s) for k, s in speedups.items()}
+            cv = statistics.stdev(medians) / statistics.mean(medians) if len(medians) > 1 else float("nan")
             repeat_lines.append(
-                f"| {name} | {', '.join(f'{m:.4f}' for m in medians)} | "
+                f"| {name} | {', '.join(f'{m:.4f}' for m in medians)} (CV {100 * cv:.2f}%, spread "
+                f"{100 * (max(medians) - min(medians)) / statistics.mean(medians):.2f}%) | "
+                f"{', '.join(f'{h:.2f}' for h in held)} | "
                 + " | ".join(f"{', '.join(f'{x:.3f}' for x in s)} (spread {100 * spread[k]:.2f}%)"
                              for k, s in sorted(speedups.items()))
                 + " |"
@@ -151,6 +169,8 @@ def main() -> int:
             write_report()
 
     write_report()
+    if pool:
+        pool.close()
     print((args.out / "gpu_acceptance.md").read_text())
     mismatches = [r for r in rows if "**NO**" in r]
     print(f"\n{len(rows) - len(mismatches)}/{len(rows)} verdicts as expected")

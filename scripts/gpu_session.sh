@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One GPU session's measurements (issues 7, 8, 10, 12) as a job that outlives each device call.
+#
+# A device call may run 10 minutes, the machine stays warm 30 s after it, and a fresh machine spends minutes
+# building the corpus. So the measurements run as one background job in its own process session (which the
+# device tool leaves running between calls), and each call only starts it or waits on it and brings back what it
+# has written so far. On the GPU machine, from the repository root (carry: [".whl", ".debs", ".kernelbench"]):
+#
+#   bash scripts/gpu_session.sh start [STAGE...]   # copy the tree to /tmp/session/repo, start the stages, collect
+#   bash scripts/gpu_session.sh collect SECONDS    # wait up to SECONDS for the stages to end; pack them into $OUT
+#
+# Stages, in order of what matters most (default: all): acceptance (the whole CUDA corpus on pre-started
+# children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
+# per candidate, warm and cold), independent (do_bench and Liger beside the judge's medians), kernelbench
+# (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds).
+# What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
+set -uo pipefail
+SESSION=/tmp/session
+ALL_STAGES=(acceptance batch judge independent kernelbench tolerance build)
+HONEST=(tests/corpus/cuda/kl_div_fast.py tests/corpus/cuda/kl_div_fused.py tests/corpus/cuda/kl_div_naive.py
+        tests/corpus/cuda/kl_div_triton.py tests/corpus/cuda/cross_entropy_fast.py
+        tests/corpus/cuda/cross_entropy_online.py tests/corpus/cuda/cross_entropy_naive.py
+        tests/corpus/cuda/cross_entropy_triton.py)
+# KernelBench's evaluation of honest, broken and hostile files (hang.py left out: it would only show its timeout).
+SIDE_BY_SIDE=("${HONEST[@]}" tests/corpus/cuda/kl_div_wrong_direction.py tests/corpus/cuda/cross_entropy_wrong_target.py
+              tests/corpus/cuda/compile_error.py tests/corpus/cuda/illegal_address.py
+              tests/corpus/hostile/cuda/c1_torch_only.py tests/corpus/hostile/cuda/c2_constant_lse.py
+              tests/corpus/hostile/cuda/c2_prefix_rows.py tests/corpus/hostile/cuda/c2_recognise_official_then_sixty_fourth.py
+              tests/corpus/hostile/cuda/c3_fingerprint_cache_kl.py tests/corpus/hostile/cuda/c3_fingerprint_cache_ce.py
+              tests/corpus/hostile/cuda/c4_side_stream.py tests/corpus/hostile/cuda/c5_patch_event.py
+              tests/corpus/hostile/cuda/c6_empty.py tests/corpus/hostile/cuda/c7_mutate_inputs.py)
+
+stage() {  # name, then the command; its output goes to out/<name>/log, its times to out/stages.txt
+    local name=$1; shift
+    mkdir -p "$SESSION/out/$name"
+    local t0; t0=$(date +%s)
+    echo "$(date -u +%FT%TZ) start $name" >> "$SESSION/out/stages.txt"
+    PYTHONUNBUFFERED=1 "$@" > "$SESSION/out/$name/log" 2>&1
+    local rc=$?
+    echo "$(date -u +%FT%TZ) end $name rc=$rc $(( $(date +%s) - t0 )) s" >> "$SESSION/out/stages.txt"
+}
+
+run_stages() {
+    cd "$SESSION/repo" || exit 1
+    source scripts/device_env.sh
+    local out=$SESSION/out
+    { nvidia-smi; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } \
+        > "$out/environment.txt" 2>&1
+    # CPU-only builds for the later stages, niced behind the acceptance's own builds.
+    nice -n 19 python3 scripts/kernelbench_side_by_side.py --build-only --work "$SESSION/kb" "${SIDE_BY_SIDE[@]}" \
+        > "$out/prebuild-kernelbench.log" 2>&1 &
+    nice -n 19 python3 scripts/independent_timing.py --build-only "${HONEST[@]}" > "$out/prebuild-independent.log" 2>&1 &
+    for name in "$@"; do
+        case $name in
+            acceptance)
+                stage acceptance python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 --out "$out/acceptance"
+                python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1 ;;
+            batch) stage batch python3 scripts/gpu_batch.py --out "$out/batch" ;;
+            judge)
+                stage judge python3 scripts/bench_judge.py --device cuda:0 -n 10 --modes warm --build-root /tmp/judge \
+                    --json "$out/judge/bench-judge-warm.json"
+                stage judge-cold python3 scripts/bench_judge.py --device cuda:0 -n 3 --modes cold --build-root /tmp/judge \
+                    --json "$out/judge-cold/bench-judge-cold.json" ;;
+            independent)
+                wait  # the prebuilds
+                stage independent python3 scripts/independent_timing.py --ours "$out/acceptance/verdicts.json" \
+                    --out "$out/independent" "${HONEST[@]}" ;;
+            kernelbench)
+                wait
+                stage kernelbench python3 scripts/kernelbench_side_by_side.py --work "$SESSION/kb" \
+                    --ours "$out/acceptance/verdicts.json" --out "$out/kernelbench" "${SIDE_BY_SIDE[@]}" ;;
+            tolerance) stage tolerance python3 scripts/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
+            build) stage build python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 \
+                       --json "$out/build/bench_build_cuda.json" ;;
+            *) echo "unknown stage $name" >> "$out/stages.txt" ;;
+        esac
+    done
+    wait
+    touch "$SESSION/finished"
+}
+
+collect() {  # wait up to $1 s for the stages to end, then pack what they wrote
+    local deadline=$(( $(date +%s) + $1 ))
+    while [ ! -e "$SESSION/finished" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    cat "$SESSION/out/stages.txt" 2>/dev/null
+    for log in "$SESSION"/out/*/log; do echo "== $log"; tail -n 4 "$log"; done
+    [ -n "${OUT:-}" ] && tar -czf "$OUT/session.tgz" -C "$SESSION" --exclude='*.so' --exclude='*.o' out \
+        && ls -la "$OUT"
+    [ -e "$SESSION/finished" ] && echo "SESSION FINISHED" || echo "session still running"
+}
+
+case ${1:-} in
+    start)
+        shift
+        [ $# -gt 0 ] || set -- "${ALL_STAGES[@]}"
+        rm -rf "$SESSION" && mkdir -p "$SESSION/out" "$SESSION/repo"
+        # A copy of its own: the next device call may rewrite the working tree under a running stage.
+        tar -C . --exclude=.git -cf - . | tar -C "$SESSION/repo" -xf -
+        setsid nohup bash "$SESSION/repo/scripts/gpu_session.sh" run "$@" > "$SESSION/session.log" 2>&1 < /dev/null &
+        collect 570 ;;
+    run) shift; run_stages "$@" ;;
+    collect) collect "${2:-570}" ;;
+    *) echo "usage: $0 start [STAGE...] | collect SECONDS" >&2; exit 2 ;;
+esac
