@@ -281,14 +281,15 @@ class Execution:
             "run_median_ms": statistics.median(runs),
             "empty_call_run_ms": statistics.median(empty_runs),
             "empty_call_window_ms": min(c.window_ms for c in self.empty_calls),
-            "call_floor_ms": plausibility.call_floor_ms(runs, empty_runs, size),
+            "call_floor_ms": plausibility.call_floor_ms(runs, empty_runs),
             "claims_ms": [round(c, 5) for b in timed for c in b.claims_ms],
             "batch_claims_ms": [round(c, 5) for c in claims],
             "windows_ms": [round(w, 5) for w in windows],
             "runs_ms": [round(r, 5) for r in runs],
             "hidden_work": any(b.hidden_work for b in timed),
         }
-        breach = plausibility.timing_bound(claims, windows, runs, empty_runs, torch.device(self.device).type, size)
+        breach = plausibility.timing_bound(claims, windows, runs, empty_runs, torch.device(self.device).type,
+                                           training=self.task.training is not None)
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
         stats = TimingStats(**{**summarize(claims), "reps": details["timing"]["timed_calls"]})

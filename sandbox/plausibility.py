@@ -39,11 +39,21 @@ measured with scripts/measure_timing_bound.py on honest candidates, idle and wit
   host's own share; an empty batch measured under load accounts less, which lowers the ratio). 0.65 is 20%
   under the lowest honest figure: a claim understated by more than 1.54x is caught, and on the fast kernels
   (over 75% of speed-of-light) an understatement that large is also over the speed-of-light limit."""
+MIN_CLAIM_FRACTION_TRAINING = {"cpu": 0.6, "cuda": 0.45}
+"""The same for the training variants' timed calls (the step, and the forward alone). Their round trips
+carry per-call host work of the judge's own that an empty call has not: a gradient-requiring leaf per call,
+and the batch's and the previous batch's gradients kept alive for the recycled-gradient check, so every
+step's 1 GiB gradient is a fresh allocation. On the H100 (2026-11-23 evening, docs/results/, batches of
+1 kl_div and 5 cross_entropy steps) honest claim / floor was 0.73-0.90 for the step and 0.58-0.72 for the
+forward alone, and 0.65 flagged three honest kernels; 0.45 is 23% under the lowest. An understatement past
+2.2x is caught here, and on a fast kernel the speed-of-light rule bounds it more tightly."""
 RUN_NOISE_MS = 0.1
-"""How much more CPU a real call's round trip may take beyond its own work than an empty call's (the
-module call, pybind, a larger output path). Measured: the harness's share of a real call (run - claim,
-0.37-0.41 ms) and an empty call's run (0.38-0.51 ms) differed by at most 0.01 ms in the harness's
-disfavour; 0.1 ms is ten times that."""
+"""How much more CPU a real call's round trip may take, per call, beyond its own work than an empty call's
+(the module call, pybind, the candidate's Python, a larger output path). It is paid by every call of a batch
+(the first scheme spread it over the batch's calls, which flagged honest cross_entropy_fast at batch 8 on a
+loaded H100 host: claim / floor 0.64). Measured on the H100 (2026-11-23 evening, 8 honest forward kernels):
+run - empty - claim was 0.04-0.32 ms per call, the largest on device-bound kl_div calls (where the host spins
+through the call anyway) and 0.04-0.12 ms on the host-bound cross_entropy calls of batch 8."""
 
 
 IMPLAUSIBLE_SOL_FRACTION = {"cuda": 1.15, "cpu": 1.5}
@@ -63,29 +73,32 @@ class Breach:
     details: dict
 
 
-def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float], calls_per_batch: int = 1) -> float:
+def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float]) -> float:
     """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an
-    empty batch's, per call (RUN_NOISE_MS is a round trip's, so a batch spreads it over its calls).
+    empty batch's, per call, less RUN_NOISE_MS.
 
     On the CPU the call is the work the kernel accounts. On a GPU the host spins in the synchronisation
     while the device works, so the accounted time is at most the call's (less if the host yields), and
     the bound can only be looser there, never wrongly strict.
     """
     overhead = statistics.median(empty_runs_ms) if empty_runs_ms else 0.0
-    return max(statistics.median(runs_ms) - overhead - RUN_NOISE_MS / max(calls_per_batch, 1), 0.0)
+    return max(statistics.median(runs_ms) - overhead - RUN_NOISE_MS, 0.0)
 
 
 def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[float],
-                 empty_runs_ms: list[float], device_type: str = "cpu", calls_per_batch: int = 1) -> Breach | None:
-    """The child's claimed times against the parent's per-call wall windows and CPU times (module doc)."""
+                 empty_runs_ms: list[float], device_type: str = "cpu", *, training: bool = False) -> Breach | None:
+    """The child's claimed times against the parent's per-call wall windows and CPU times (module doc).
+    `training`: the calls are a training variant's (MIN_CLAIM_FRACTION_TRAINING)."""
     over = [(i, c, w) for i, (c, w) in enumerate(zip(claims_ms, windows_ms)) if c > w + CLAIM_OVER_WINDOW_SLACK_MS]
     if over:
         i, claim, window = over[0]
         return Breach("timing", f"timed call {i} claims {claim:.4f} ms, but the judge's clock saw the whole round "
                       f"trip take {window:.4f} ms: the child's clock was tampered with", {"calls_over": len(over)})
     median = statistics.median(claims_ms)
-    floor = call_floor_ms(runs_ms, empty_runs_ms, calls_per_batch)
-    if median < MIN_CLAIM_FRACTION["cuda" if device_type == "cuda" else "cpu"] * floor:
+    floor = call_floor_ms(runs_ms, empty_runs_ms)
+    fractions = MIN_CLAIM_FRACTION_TRAINING if training else MIN_CLAIM_FRACTION
+    fraction = fractions["cuda" if device_type == "cuda" else "cpu"]
+    if median < fraction * floor:
         return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge measured itself "
                       f"(the kernel accounted at least {floor:.4f} ms of CPU work per call)",
                       {"claim_median_ms": median, "floor_ms": floor})

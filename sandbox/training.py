@@ -233,7 +233,8 @@ class TrainingExecution(Execution):
             self.forward_only = False
         claims = [b.claim_ms for b in timed]
         breach = plausibility.timing_bound(claims, [b.window_ms for b in timed], [b.run_ms for b in timed],
-                                           [c.run_ms for c in self.empty_calls], torch.device(self.device).type, size)
+                                           [c.run_ms for c in self.empty_calls], torch.device(self.device).type,
+                                           training=True)
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,
                         **breach.details)

@@ -9,7 +9,8 @@
 #   bash scripts/gpu_session.sh start [STAGE...]   # copy the tree to /tmp/session/repo, start the stages, collect
 #   bash scripts/gpu_session.sh collect SECONDS    # wait up to SECONDS for the stages to end; pack them into $OUT
 #
-# Stages, in order of what matters most (default: all): acceptance (the whole CUDA corpus on pre-started
+# Stages, in order of what matters most (default: all but recheck): recheck (the files in $RECHECK only, judged
+# afresh; its verdicts join those of an earlier acceptance carried in .session/out/acceptance/), acceptance (the whole CUDA corpus on pre-started
 # children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
 # per candidate, warm and cold), independent (do_bench and Liger beside the judge's medians), kernelbench
 # (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds).
@@ -22,6 +23,8 @@ HONEST=(tests/corpus/cuda/kl_div_fast.py tests/corpus/cuda/kl_div_fused.py tests
         tests/corpus/cuda/cross_entropy_online.py tests/corpus/cuda/cross_entropy_naive.py
         tests/corpus/cuda/cross_entropy_triton.py)
 # KernelBench's evaluation of honest, broken and hostile files (hang.py left out: it would only show its timeout).
+# shellcheck disable=SC2206
+RECHECK=(${RECHECK:-tests/corpus/cuda/cross_entropy_fast.py tests/corpus/cuda/kl_div_fast.py})
 SIDE_BY_SIDE=("${HONEST[@]}" tests/corpus/cuda/kl_div_wrong_direction.py tests/corpus/cuda/cross_entropy_wrong_target.py
               tests/corpus/cuda/compile_error.py tests/corpus/cuda/illegal_address.py
               tests/corpus/hostile/cuda/c1_torch_only.py tests/corpus/hostile/cuda/c2_constant_lse.py
@@ -44,6 +47,11 @@ run_stages() {
     cd "$SESSION/repo" || exit 1
     source scripts/device_env.sh
     local out=$SESSION/out
+    # What the independent and KernelBench stages compare with: this run's acceptance, else a carried one.
+    local ours=$out/acceptance/verdicts.json
+    [ -e "$ours" ] || ours=$out/ours.json
+    [ -e .session/out/acceptance/verdicts.json ] && cp .session/out/acceptance/verdicts.json "$out/ours.json"
+    [ -n "${SIDE_BY_SIDE_FILES:-}" ] && read -r -a SIDE_BY_SIDE <<< "$SIDE_BY_SIDE_FILES"
     { nvidia-smi; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } \
         > "$out/environment.txt" 2>&1
     # CPU-only builds for the later stages, niced behind the acceptance's own builds.
@@ -55,6 +63,20 @@ run_stages() {
             acceptance)
                 stage acceptance python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 --out "$out/acceptance"
                 python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1 ;;
+            recheck)
+                stage recheck python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/recheck" \
+                    --only "${RECHECK[@]##*/}"
+                python3 - "$out/ours.json" "$out/recheck/verdicts.json" <<'PY'
+import json, sys
+ours, fresh = sys.argv[1:]
+try:
+    merged = json.load(open(ours))
+except OSError:
+    merged = {}
+merged.update(json.load(open(fresh)))
+json.dump(merged, open(ours, "w"))
+PY
+                ;;
             batch) stage batch python3 scripts/gpu_batch.py --out "$out/batch" ;;
             judge)
                 stage judge python3 scripts/bench_judge.py --device cuda:0 -n 10 --modes warm --build-root /tmp/judge \
@@ -63,12 +85,12 @@ run_stages() {
                     --json "$out/judge-cold/bench-judge-cold.json" ;;
             independent)
                 wait  # the prebuilds
-                stage independent python3 scripts/independent_timing.py --ours "$out/acceptance/verdicts.json" \
+                stage independent python3 scripts/independent_timing.py --ours "$ours" \
                     --out "$out/independent" "${HONEST[@]}" ;;
             kernelbench)
                 wait
                 stage kernelbench python3 scripts/kernelbench_side_by_side.py --work "$SESSION/kb" \
-                    --ours "$out/acceptance/verdicts.json" --out "$out/kernelbench" "${SIDE_BY_SIDE[@]}" ;;
+                    --ours "$ours" --out "$out/kernelbench" "${SIDE_BY_SIDE[@]}" ;;
             tolerance) stage tolerance python3 scripts/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
             build) stage build python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 \
                        --json "$out/build/bench_build_cuda.json" ;;

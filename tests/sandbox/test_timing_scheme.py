@@ -25,6 +25,7 @@ from sandbox.timing import DeviceClock, time_batch
 from sandbox.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
     MIN_CLAIM_FRACTION,
+    MIN_CLAIM_FRACTION_TRAINING,
     RUN_NOISE_MS,
     call_floor_ms,
     speed_of_light,
@@ -114,14 +115,31 @@ def test_the_understatement_the_rule_lets_through_is_what_its_constants_say() ->
         assert timing_bound([limit * 0.99] * 100, windows, runs, EMPTY_RUNS, device) is not None
 
 
-@pytest.mark.parametrize(("claim", "run", "empty", "batch"), [
-    (0.7311, 1.1846, 0.2784, 3), (0.1940, 0.4237, 0.1872, 8), (1.0022, 1.3444, 0.2090, 3), (0.7259, 1.1649, 0.3981, 3)])
-def test_the_gpu_rule_passes_the_honest_kernels_measured_on_an_h100_under_load(claim, run, empty, batch) -> None:
-    """docs/results/timing-bound-h100-2026-11-23.log: honest kernels with 16 busy loops (and one idle row);
-    the same figures with the claim understated 1.6x are caught."""
-    args = ([run + 1] * 20, [run] * 20, [empty] * 10, "cuda", batch)
+@pytest.mark.parametrize(("claim", "run", "empty", "caught_at"), [
+    # docs/results/timing-bound-h100-2026-11-23.log: 16 busy loops (three rows) and idle (the last)
+    (0.7311, 1.1846, 0.2784, 2.0), (0.1940, 0.4237, 0.1872, 2.5), (1.0022, 1.3444, 0.2090, 2.0),
+    (0.7259, 1.1649, 0.3981, 2.0),
+    # the evening run on pre-started children, with the host compiling (docs/results/acceptance-h100-warm-...):
+    # cross_entropy_fast (flagged then, at batch 8, when RUN_NOISE_MS was spread over a batch), _online, kl_div_fused
+    (0.1939, 0.4742, 0.1590, 2.5), (0.1955, 0.4641, 0.1690, 2.5), (0.7431, 1.2934, 0.2273, 2.0)])
+def test_the_gpu_rule_passes_the_honest_kernels_measured_on_an_h100_under_load(claim, run, empty, caught_at) -> None:
+    """Honest H100 figures pass; the same understated `caught_at` times are caught (a 0.19 ms call spends about
+    as long in the host's harness as on the device, so there the rule needs a larger lie to be sure)."""
+    args = ([run + 1] * 20, [run] * 20, [empty] * 10, "cuda")
     assert timing_bound([claim] * 20, *args) is None
-    assert timing_bound([claim / 1.6] * 20, *args) is not None
+    assert timing_bound([claim / caught_at] * 20, *args) is not None
+
+
+@pytest.mark.parametrize(("claim", "run", "empty"), [
+    (1.2672, 2.6223, 0.3737), (0.7497, 1.7593, 0.3759),  # kl_div_train _fused / _function, the forward alone
+    (1.9774, 3.1721, 0.3737), (1.8938, 3.0067, 0.3759)])  # the same, the step
+def test_the_training_rule_passes_the_honest_training_kernels_measured_on_an_h100(claim, run, empty) -> None:
+    """The training variants' H100 figures (batch 1): the forward rule flagged the forward alone of both; the
+    training fraction passes them and still catches a claim understated 2.5 times."""
+    args = ([run + 1] * 20, [run] * 20, [empty] * 10, "cuda")
+    assert timing_bound([claim] * 20, *args, training=True) is None
+    assert timing_bound([claim / 2.5] * 20, *args, training=True) is not None
+    assert MIN_CLAIM_FRACTION_TRAINING["cuda"] < MIN_CLAIM_FRACTION["cuda"]
 
 
 def test_a_claim_above_its_own_window_is_caught() -> None:
