@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run here (with network), before a GPU run: fetch what the bare GPU image lacks into the ignored folders
-# that the device call carries (carry: [".whl", ".debs"]); scripts/device_env.sh installs them there.
+# that the device call carries (carry: [".whl", ".debs", ".kernelbench"]); scripts/device_env.sh installs them there.
 # The image has torch, ninja, httpx and numpy, but not pydantic, FastAPI, SQLAlchemy or bubblewrap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +13,17 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
 # Liger-Kernel (pure Python over Triton, which the image has): the fused-loss reference rows (issues 10, 12).
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl 'liger-kernel>=0.5'
 (cd .debs && apt-get download bubblewrap)
-du -sh .whl .debs
+# KernelBench's own evaluation, for scripts/kernelbench_side_by_side.py (not vendored: its src/ and the two level-1
+# problems, exported from a clone; KERNELBENCH_GIT: a local git directory or a URL).
+kernelbench=${KERNELBENCH_GIT:-https://github.com/ScalingIntelligence/KernelBench}
+paths=(src/kernelbench KernelBench/level1/95_CrossEntropyLoss.py KernelBench/level1/98_KLDivLoss.py)
+rm -rf .kernelbench && mkdir -p .kernelbench
+if [ ! -d "$kernelbench" ]; then
+    clone=$(mktemp -d) && git clone -q --depth 1 "$kernelbench" "$clone" && kernelbench=$clone/.git
+fi
+if git --git-dir="$kernelbench" archive HEAD "${paths[@]}" | tar -x -C .kernelbench; then
+    git --git-dir="$kernelbench" rev-parse HEAD > .kernelbench/COMMIT
+else
+    echo "KernelBench not fetched: the side by side will not run" >&2
+fi
+du -sh .whl .debs .kernelbench

@@ -23,8 +23,8 @@ HONEST=(tests/corpus/cuda/kl_div_fast.py tests/corpus/cuda/kl_div_fused.py tests
         tests/corpus/cuda/cross_entropy_online.py tests/corpus/cuda/cross_entropy_naive.py
         tests/corpus/cuda/cross_entropy_triton.py)
 # KernelBench's evaluation of honest, broken and hostile files (hang.py left out: it would only show its timeout).
-# shellcheck disable=SC2206
-RECHECK=(${RECHECK:-tests/corpus/cuda/cross_entropy_fast.py tests/corpus/cuda/kl_div_fast.py})
+# RECHECK and SIDE_BY_SIDE_FILES come as space-separated strings (a bash array cannot be exported to the job).
+read -r -a RECHECK_FILES <<< "${RECHECK:-tests/corpus/cuda/cross_entropy_fast.py tests/corpus/cuda/kl_div_fast.py}"
 SIDE_BY_SIDE=("${HONEST[@]}" tests/corpus/cuda/kl_div_wrong_direction.py tests/corpus/cuda/cross_entropy_wrong_target.py
               tests/corpus/cuda/compile_error.py tests/corpus/cuda/illegal_address.py
               tests/corpus/hostile/cuda/c1_torch_only.py tests/corpus/hostile/cuda/c2_constant_lse.py
@@ -65,7 +65,7 @@ run_stages() {
                 python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1 ;;
             recheck)
                 stage recheck python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/recheck" \
-                    --only "${RECHECK[@]##*/}"
+                    --only "${RECHECK_FILES[@]##*/}"
                 python3 - "$out/ours.json" "$out/recheck/verdicts.json" <<'PY'
 import json, sys
 ours, fresh = sys.argv[1:]
