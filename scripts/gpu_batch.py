@@ -7,7 +7,8 @@ the honest ones with another block size, and duplicates sent as raw LLM completi
 block repeats an earlier sample: judged once, verdict shared), starts `kernel-judge serve` (API + embedded
 worker on every local GPU, SQLite), mints a key, and runs `kernel-judge batch FILE --watch` while sampling
 `nvidia-smi` every 200 ms. Then `kernel-judge results -o` writes the CSV. Writes gpu_batch.md (for
-docs/benchmarks.md), gpu_batch.jsonl, gpu_batch_results.csv, gpu_batch_util.csv and the logs to --out.
+docs/benchmarks.md), gpu_batch.jsonl, gpu_batch_results.csv, gpu_batch_util.csv, gpu_batch_util.svg (the GPU-busy
+timeline, scripts/plot_gpu_util.py) and the logs to --out.
 
 Numbers reported:
 - throughput: samples (lines) per hour and distinct candidates per hour, from upload to the batch's end;
@@ -184,6 +185,8 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
 
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_gpu_util.py"), str(args.out / "gpu_batch_util.csv"),
+                    "-o", str(args.out / "gpu_batch_util.svg")], check=False)  # the GPU-busy timeline
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], check=False,
                          capture_output=True, text=True).stdout.strip().splitlines()
     expect_ok = sum(1 for s, r in zip(lines, rows) if r.get("status") == s["metadata"]["expect"])
