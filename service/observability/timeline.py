@@ -9,6 +9,9 @@ row (service.worker.holds): a lane (`host/device`, one physical device), a start
   must never do (a candidate timed while another runs on its device is timed wrong);
 - an SVG (one lane per device, one bar per hold, overlaps in red) and a plain-text summary.
 
+`utilization_spans` turns sampled utilization (nvidia-smi's) into the same kind of spans, so the time a device
+computed can be drawn as the time it was held is.
+
 A hold whose end was not stamped (the job is still executing, or its worker died during it, or the stamp's write
 failed) is *open*: it is drawn up to the claim's end (the reclaim, for a dead worker) or to `now`, the longest it
 can have lasted, so that an overlap with it is reported rather than missed.
@@ -165,6 +168,37 @@ COLOURS = {"correct": "#2f7d32", "incorrect": "#c77700", "running": "#777777"}
 """Bar colour by result; every other verdict or outcome is blue. Overlapping parts are drawn red on top."""
 OTHER, OVERLAP = "#3566a8", "#d00000"
 WIDTH, LANE_H, LEFT, RIGHT, TOP, BOTTOM = 960, 34, 230, 16, 28, 40
+
+
+def _naive_utc(unix_s: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(unix_s, dt.timezone.utc).replace(tzinfo=None)
+
+
+def utilization_spans(samples: Iterable[tuple[float, int, float]]) -> list[Hold]:
+    """(unix time, gpu index, utilization %) samples -> one span per run of samples above zero on a GPU, from the
+    sample before the run's first (a sample reports activity during the period just before it) to the first
+    sample at zero after it, or to the last sample. Lanes are `GPU <index>`; job ids number the spans. Times are
+    naive UTC, as the holds' stamps are."""
+    spans: list[Hold] = []
+    by_gpu: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for t, gpu, util in sorted(samples):
+        by_gpu[gpu].append((t, util))
+
+    def add(gpu: int, start: float, end: float) -> None:
+        spans.append(Hold(lane=f"GPU {gpu}", job_id=len(spans), submission_id="", worker_id="",
+                          start=_naive_utc(start), end=_naive_utc(end), closed=True, result="busy"))
+
+    for gpu, rows in sorted(by_gpu.items()):
+        start = None
+        for i, (t, util) in enumerate(rows):
+            if util > 0 and start is None:
+                start = rows[i - 1][0] if i else t
+            elif util <= 0 and start is not None:
+                add(gpu, start, t)
+                start = None
+        if start is not None:
+            add(gpu, start, rows[-1][0])
+    return spans
 
 
 def render_svg(holds: Sequence[Hold], *, title: str = "device holds", start: dt.datetime | None = None,

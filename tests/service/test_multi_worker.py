@@ -58,6 +58,21 @@ def test_busy_time_is_the_union_of_holds_clipped_to_the_window():
     assert timeline.busy_fraction(holds_, start, start) == {"a": 0.0, "b": 0.0}
 
 
+def test_utilization_samples_become_busy_spans_per_gpu():
+    """nvidia-smi samples (200 ms apart) -> spans: a run above zero starts at the sample before it and ends at the
+    next zero; a run still busy at the end ends at the last sample; each GPU gets its own lane."""
+    t = T0.replace(tzinfo=dt.timezone.utc).timestamp()  # T0 is naive UTC, as the stamps are
+    samples = [(t + 0.0, 0, 0.0), (t + 0.2, 0, 35.0), (t + 0.4, 0, 80.0), (t + 0.6, 0, 0.0), (t + 0.8, 0, 0.0),
+               (t + 1.0, 0, 12.0), (t + 0.0, 1, 50.0), (t + 0.2, 1, 50.0)]
+    spans = timeline.utilization_spans(reversed(samples))  # order of the samples does not matter
+    got = sorted((s.lane, round((s.start - T0).total_seconds(), 3), round((s.end - T0).total_seconds(), 3))
+                 for s in spans)
+    assert got == [("GPU 0", 0.0, 0.6), ("GPU 0", 0.8, 1.0), ("GPU 1", 0.0, 0.2)]
+    assert timeline.busy_fraction(spans, T0, T0 + dt.timedelta(seconds=1)) == pytest.approx({"GPU 0": 0.8,
+                                                                                              "GPU 1": 0.2})
+    assert timeline.utilization_spans([]) == []
+
+
 def test_svg_has_a_lane_per_device_marks_overlaps_and_escapes_names():
     clean = timeline.render_svg([hold("h/cpu:0", 0, 5, 1), hold("h/cpu:1", 1, 4, 2, result="incorrect")])
     assert clean.startswith("<svg") and clean.count("% busy)") == 2 and "OVERLAP" not in clean
