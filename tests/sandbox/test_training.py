@@ -14,7 +14,7 @@ import torch
 
 from reference import get_task
 from reference.training import full_gradient, grad_output_scale
-from sandbox import Status, judge
+from sandbox import Status, judge, plausibility
 from sandbox import protocol as msg
 from sandbox import training
 from sandbox.training_child import has_custom_function, project_rows, projection_weights
@@ -173,8 +173,12 @@ def test_a_fused_candidate_is_judged_with_its_training_report(judge_config, monk
     because the gradient came from its custom Function. The verdict reports the step and the forward.
 
     Steps are timed three to a batch, as on a GPU (a CPU's batches are one call: sandbox/timing.py), so that
-    the batch path of the training judge (each step's gradient checked after its batch) runs here too."""
+    the batch path of the training judge (each step's gradient checked after its batch) runs here too.
+    The timing bound is switched off for it: a forced CPU batch runs its cache flushes between calls inside
+    the round trip, in the CPU time the bound reads but not in the claims (a real CPU batch is one call, its
+    flush outside), which on a loaded 2-core host put honest claims at 0.41 of the floor once."""
     monkeypatch.setattr(training.TrainingExecution, "batch_size", lambda self: 3)
+    monkeypatch.setitem(plausibility.MIN_CLAIM_FRACTION_TRAINING, "cpu", 0.0)
     path = CORPUS / "cpu" / "kl_div_train_cpp_fused.py"
     verdict = judge("kl_div_train", Path(path).read_text(), "cpu", config=judge_config)
     assert verdict.status is Status.CORRECT, verdict.diagnosis
