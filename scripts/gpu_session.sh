@@ -43,14 +43,21 @@ stage() {  # name, then the command; its output goes to out/<name>/log, its time
     echo "$(date -u +%FT%TZ) end $name rc=$rc $(( $(date +%s) - t0 )) s" >> "$SESSION/out/stages.txt"
 }
 
+merge_verdicts() {  # merge_verdicts INTO FROM: FROM's verdicts (a gpu_acceptance verdicts.json) over INTO's
+    [ -e "$2" ] || return 0
+    python3 -c 'import json, sys; a = json.load(open(sys.argv[1])); a.update(json.load(open(sys.argv[2])));
+json.dump(a, open(sys.argv[1], "w"))' "$1" "$2"
+}
+
 run_stages() {
     cd "$SESSION/repo" || exit 1
     source scripts/device_env.sh
     local out=$SESSION/out
-    # What the independent and KernelBench stages compare with: this run's acceptance, else a carried one.
-    local ours=$out/acceptance/verdicts.json
-    [ -e "$ours" ] || ours=$out/ours.json
-    [ -e .session/out/acceptance/verdicts.json ] && cp .session/out/acceptance/verdicts.json "$out/ours.json"
+    # What the independent and KernelBench stages compare with: the verdicts of a carried acceptance run, with
+    # this run's acceptance and recheck verdicts merged over them as those stages end.
+    local ours=$out/ours.json
+    echo '{}' > "$ours"
+    [ -e .session/out/acceptance/verdicts.json ] && merge_verdicts "$ours" .session/out/acceptance/verdicts.json
     [ -n "${SIDE_BY_SIDE_FILES:-}" ] && read -r -a SIDE_BY_SIDE <<< "$SIDE_BY_SIDE_FILES"
     { nvidia-smi; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } \
         > "$out/environment.txt" 2>&1
@@ -62,21 +69,12 @@ run_stages() {
         case $name in
             acceptance)
                 stage acceptance python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 --out "$out/acceptance"
-                python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1 ;;
+                python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1
+                merge_verdicts "$ours" "$out/acceptance/verdicts.json" ;;
             recheck)
                 stage recheck python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/recheck" \
                     --only "${RECHECK_FILES[@]##*/}"
-                python3 - "$out/ours.json" "$out/recheck/verdicts.json" <<'PY'
-import json, sys
-ours, fresh = sys.argv[1:]
-try:
-    merged = json.load(open(ours))
-except OSError:
-    merged = {}
-merged.update(json.load(open(fresh)))
-json.dump(merged, open(ours, "w"))
-PY
-                ;;
+                merge_verdicts "$ours" "$out/recheck/verdicts.json" ;;
             batch) stage batch python3 scripts/gpu_batch.py --out "$out/batch" ;;
             judge)
                 stage judge python3 scripts/bench_judge.py --device cuda:0 -n 10 --modes warm --build-root /tmp/judge \
