@@ -283,6 +283,14 @@ def _storage_span(t: torch.Tensor) -> tuple[int, int]:
 
 # --- the child --------------------------------------------------------------------------------------
 
+def create_context(device: torch.device) -> None:
+    """The device context and torch's thread pools: created once, by the first call (later calls are cheap)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.zeros(1, device=device).add_(1)
+    torch.ones(1 << 16).sum()
+
+
 class Child:
     def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
         self.task = get_task(task_id)
@@ -295,17 +303,33 @@ class Child:
         self.extension_modules: set[str] = set()
         self.kernel_names: set[str] = set()
         """Read at `load`: a pre-started child (sandbox/warm.py) exists before the candidate's file does."""
+        self.setup_s: dict[str, float] = {}
+        """What each step of this set-up took (reported in `Ready`)."""
+        mark = time.monotonic()
         self.tripwires = Tripwires(self.task.forbidden_aten_ops)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        torch.zeros(1, device=self.device).add_(1)  # create the context and thread pools before counting
-        torch.ones(1 << 16).sum()
+        mark = self._setup_step("tripwires", mark)
+        create_context(self.device)  # before counting the threads (a spare may have created it already)
+        mark = self._setup_step("context", mark)
         self.clock = _timing.DeviceClock(self.device)
-        self.integrity = Integrity([_timing, _protocol, _compare, sys.modules[__name__]],
-                                   harness_operators(self.task, self.device))
+        mark = self._setup_step("clock", mark)
+        self.integrity = Integrity(self._watched_modules(), harness_operators(self.task, self.device,
+                                                                              also=self._harness_probe))
+        self._setup_step("harness_probe", mark)
         self.preloaded_modules = {name.split(".")[0] for name in sys.modules}
         self.base_python_threads = _python_threads()
         self.base_native_threads = _native_threads()
+
+    def _watched_modules(self) -> list[types.ModuleType]:
+        """The judge's modules in this process whose contents candidate code must leave alone."""
+        return [_timing, _protocol, _compare, sys.modules[__name__]]
+
+    _harness_probe: Callable[[], object] | None = None
+    """What the judge runs besides the task's harness (`harness_operators`' `also`): a subclass's checks."""
+
+    def _setup_step(self, name: str, since: float) -> float:
+        now = time.monotonic()
+        self.setup_s[name] = self.setup_s.get(name, 0.0) + now - since
+        return now
 
     def _declared_kernels(self) -> set[str]:
         """__global__ functions and @triton.jit functions the candidate's source declares."""
@@ -437,14 +461,19 @@ class Child:
             shape = tuple(cmd.shape)
             sets = [self.task.make_inputs(shape, c.distribution, c.seed, self.device) for c in calls]
         before = [_compare.fingerprint(inputs) for inputs in sets]
+        self._ready_to_time()
+        self.armed = (model, sets)
+        return {"before": before[0], "before_all": before}
+
+    def _ready_to_time(self) -> None:
+        """The end of `arm`, once the batch's inputs exist: the cache evicted (CPU), the device idle, and the
+        peak-memory counter started from what is allocated now."""
         if self.device.type == "cpu":
             self.clock.flush()  # here, outside the parent's window; on a GPU `go` queues it before the call
         self.clock.synchronize()
         if self.device.type == "cuda":
             self.base_memory = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.armed = (model, sets)
-        return {"before": before[0], "before_all": before}
 
     def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
         if self.armed is None:
@@ -454,6 +483,11 @@ class Child:
         # here and the clock (a patched functools.partial could do a call's work before it is timed).
         batch = _timing.time_batch(self.clock, [(lambda inputs=inputs: model(*inputs)) for inputs in sets],
                                    cpu_flushed=True)
+        return self._batch_reply(batch, sets)
+
+    def _batch_reply(self, batch: _timing.BatchTime,
+                     sets: list[list[torch.Tensor]]) -> tuple[dict[str, Any], list[bytes]]:
+        """`go`'s reply: every call's output (each refused if it aliases any input of the batch) and the times."""
         everything = [t for inputs in sets for t in inputs]
         payloads, meta = [], {}
         for out in batch.results:
@@ -538,6 +572,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--pre-started", action="store_true",
                         help="say `started`, then wait for `begin` (which names the task) before touching the device")
+    parser.add_argument("--context-at-start", action="store_true",
+                        help="a spare: create the device context before saying `started` (sandbox/warm.py)")
     parser.add_argument("--source", required=True)
     parser.add_argument("--cmd-fd", type=int, required=True)
     parser.add_argument("--res-fd", type=int, required=True)
@@ -546,10 +582,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "compile":
         compile_only(args.task, args.source, args.res_fd)
         return
+    # The first operator the harness probe runs under a TorchFunctionMode imports torch._dynamo (~1.5 s of CPU):
+    # imported here, a spare pays it in its CPU-only start instead of inside the device gate.
+    importlib.import_module("torch._dynamo")
+
     task_id = args.task
     if args.pre_started:
         # A spare (sandbox/warm.py): everything above is CPU work. The device is first touched below, once the
         # judge says no candidate is being timed on it; the candidate's files arrive later still, before `load`.
+        # With --context-at-start the context is created here, outside that wait, by an allocation alone: no
+        # kernel of ours runs before `Begin` (JudgeConfig.spare_context_at_start: what it does beside a timed
+        # kernel was measured).
+        if args.context_at_start and torch.device(args.device).type == "cuda":
+            torch.cuda.set_device(args.device)
+            torch.empty(1, device=args.device)
         _protocol.send(args.res_fd, {"op": "started", "ok": True})
         begin = _protocol.parse_command(_protocol.receive(args.cmd_fd)[0])
         if not isinstance(begin, _protocol.Begin):
@@ -561,9 +607,23 @@ def main(argv: list[str] | None = None) -> None:
 
         child_cls = TrainingChild
     child = child_cls(task_id, args.device, args.source, args.res_fd)
-    _protocol.send(args.res_fd, {"op": "ready", "ok": True})
+    _protocol.send(args.res_fd, {"op": "ready", "ok": True, "setup_s": child.setup_s})
     serve(child, args.cmd_fd)
+
+
+def exit_now() -> None:
+    """End the process without the interpreter's finalisation: tearing down torch and the device context from
+    Python took ~1 s of device time after every candidate. Nothing in the child needs an orderly end (its
+    files are the judge's to remove; the kernel frees the device context when the process exits). The streams
+    are unbuffered (PYTHONUNBUFFERED), but a candidate may have replaced them: they are flushed."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a candidate may have replaced or closed the stream
+            pass
+    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
+    exit_now()

@@ -57,4 +57,8 @@ class JudgeConfig:
     same object code. Built once per host under cache_root, on first need."""
     child_threads: int = int(os.environ.get("JUDGE_CHILD_THREADS", "1"))
     """CPU threads for torch in the child and for the CPU baselines, so both are timed alike."""
+    spare_context_at_start: bool = os.environ.get("JUDGE_SPARE_CONTEXT_AT_START", "0") != "0"
+    """A pre-started child (sandbox/warm.py) creates its device context while it starts, beside whatever
+    candidate is being timed, rather than inside the device gate (scripts/measure_spare_overlap.py measures
+    what a context creation does to a kernel timed beside it)."""
     check_extra_shapes: bool = True

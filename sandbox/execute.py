@@ -453,7 +453,6 @@ class Execution:
             self.peak_memory = max(self.peak_memory or 0, batch_peak)
 
 
-
 def _precise(batches: list[TimedCall]) -> bool:
     """Whether the bootstrap 95% interval of the median batch mean is within TIMING_PRECISION of the median."""
     stats = summarize([b.claim_ms for b in batches])

@@ -253,6 +253,9 @@ class Started(Reply):
 
 class Ready(Reply):
     op: Literal["ready"]
+    setup_s: dict[Annotated[str, Field(max_length=40)], float] = Field(default={}, max_length=16)
+    """Seconds of each step of the child's device set-up (context, tripwires, clock, harness probe): what a
+    spare's device phase is made of (sandbox/warm.py)."""
 
 
 class CalibrateReply(Reply):

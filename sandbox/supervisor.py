@@ -111,11 +111,13 @@ class ChildSession:
 
     `pre_started`: a spare (sandbox/warm.py) that answers `Started` once its interpreter and torch are up, then
     waits for `Begin`, which names the task, before it touches the device; `task_id` may then be empty.
+    `context_at_start`: such a spare creates its device context before `Started` (no kernel of its own yet).
     """
 
     def __init__(self, mode: str, task_id: str, device: str, work_dir: Path, config: JudgeConfig,
                  *, gpu: bool, extra_env: dict[str, str] | None = None, wall_s: float,
-                 pre_started: bool = False, extra_binds: dict[Path, str] | None = None) -> None:
+                 pre_started: bool = False, context_at_start: bool = False,
+                 extra_binds: dict[Path, str] | None = None) -> None:
         self.mechanism = isolation.available_mechanism(config.isolation)
         paths = ChildPaths.for_mechanism(self.mechanism, work_dir)
         cmd_r, self._cmd_w = os.pipe()
@@ -124,6 +126,8 @@ class ChildSession:
                 "--source", f"{paths.build}/candidate.py", "--cmd-fd", str(cmd_r), "--res-fd", str(res_w)]
         if pre_started:
             argv.append("--pre-started")
+            if context_at_start:
+                argv.append("--context-at-start")
         spec = isolation.SandboxSpec(
             argv=argv,
             env=child_env(config, paths, {"JUDGE_PRIVATE_PIDS": "1" if self.mechanism != "none" else "0",

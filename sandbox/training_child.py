@@ -107,11 +107,10 @@ class TrainingChild(_child.Child):
         self.mode = "step"
         self.step_armed: tuple[Any, list[list[torch.Tensor]]] | None = None
         self.step_peak: int | None = None
-        # Watch this module too, and the operators the gradient check runs (recorded before the import).
-        self.integrity = _child.Integrity([_timing, _protocol, _compare, _child, sys.modules[__name__]],
-                                          _child.harness_operators(self.task, self.device, also=self._probe))
+    def _watched_modules(self) -> list[types.ModuleType]:
+        return [*super()._watched_modules(), sys.modules[__name__]]
 
-    def _probe(self) -> None:
+    def _harness_probe(self) -> None:
         """What `grad_check` and `arm` run besides the task's own harness, on a small gradient."""
         grad = torch.rand(8, 64, device=self.device)
         project_rows(grad, projection_weights(64, 0, self.device)).cpu()
@@ -221,12 +220,7 @@ class TrainingChild(_child.Child):
         before = [_compare.fingerprint(inputs) for inputs in sets]
         for inputs in sets:
             inputs[self.grad_input].requires_grad_(True)
-        if self.device.type == "cpu":
-            self.clock.flush()  # here, outside the parent's window; on a GPU `go` queues it before the call
-        self.clock.synchronize()
-        if self.device.type == "cuda":
-            self.base_memory = torch.cuda.memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self._ready_to_time()
         self.step_armed = (self.model, sets)
         return {"before": before[0], "before_all": before}
 
@@ -246,19 +240,13 @@ class TrainingChild(_child.Child):
         # The batch's peak now, before grad_check allocates anything of the judge's.
         self.step_peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory
                           if self.device.type == "cuda" else None)
-        everything = [t for inputs in sets for t in inputs]
-        payloads, meta = [], {}
-        for out in batch.results:
-            meta, payload = self._output_payload(out, everything)
-            payloads.append(payload)
+        reply = self._batch_reply(batch, sets)
         if self.mode == "step":
+            everything = [t for inputs in sets for t in inputs]
             losses = list(batch.results)
             for inputs in sets:
                 self.grads.append(self._take_grad(inputs, losses, everything))
-        meta.update(time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
-                    event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
-                    hidden_work=batch.hidden_work)
-        return meta, payloads
+        return reply
 
     def inspect(self, cmd: _protocol.Inspect) -> dict[str, Any]:
         if self.mode == "null":

@@ -6,7 +6,7 @@ Measured on an H100 (torch 2.11, bubblewrap): starting a judge child to its `Rea
 children per device started ahead of time, and `sandbox.execute(..., child=pool.acquire(device, task))`
 hands one a candidate.
 
-A spare's life (one thread per device, the "starter", does all but the last two steps):
+A spare's life (the device's "starters", one thread per spare, do all but the last two steps):
 
     spawned: bubblewrap + Python + `import torch` (CPU only)      --Started-->  waiting, the device untouched
     Begin(task) once the device is quiet (see the gate below)     --Ready-->    context, tripwires, clock
@@ -46,9 +46,11 @@ A spare begins for the task most recently asked for on its device (the `Begin` c
 a task switch before it costs nothing); asked for another task, ready spares are retired and one is
 started for the new task, and that wait is reported (`acquire_wait_s` in the verdict's cost).
 
-Each device's spares are started by that device's starter thread, which lives until `close`: bubblewrap's
---die-with-parent fires when the *thread* that started it exits (sandbox/isolation.py). `close` kills every
-child the pool started, handed out or not.
+Each device's spares are started by that device's starter threads, one per spare, so that the CPU-only
+starts (3-5 s on the H100's host) overlap each other and the device phases follow one another through the
+gate: with one starter, a spare came every ~9 s and capped a device near 400 candidates an hour. A starter
+lives until `close`: bubblewrap's --die-with-parent fires when the *thread* that started it exits
+(sandbox/isolation.py). `close` kills every child the pool started, handed out or not.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from typing_extensions import Self
@@ -78,6 +80,7 @@ from sandbox.supervisor import ChildSession
 from sandbox.verdict import Environment
 
 log = logging.getLogger(__name__)
+R = TypeVar("R", bound=msg.Reply)
 
 TIMED_STAGES = frozenset({"baselines", "calibration", "timing"})
 """A candidate's stages (sandbox/execute.py) whose measurements a spare's device set-up would perturb."""
@@ -181,6 +184,8 @@ class WarmChild:
     """Waiting for the device to be quiet before `Begin`."""
     device_s: float
     """`Begin` to `Ready`: the device context, tripwires, the clock."""
+    setup_s: dict[str, float]
+    """`device_s` by step, as the child measured it (`msg.Ready.setup_s`)."""
     calibration_s: float
     empty_calls: list[TimedCall] | None
     environment: Environment | None
@@ -210,7 +215,8 @@ class WarmChild:
     def cost(self) -> dict[str, Any]:
         idle = (self.handed_at or time.monotonic()) - self.ready_at
         return {"host_s": round(self.host_s, 4), "gate_wait_s": round(self.gate_wait_s, 4),
-                "device_s": round(self.device_s, 4), "calibration_s": round(self.calibration_s, 4),
+                "device_s": round(self.device_s, 4), "setup_s": {k: round(v, 4) for k, v in self.setup_s.items()},
+                "calibration_s": round(self.calibration_s, 4),
                 "idle_s": round(idle, 4), "acquire_wait_s": round(self.acquire_wait_s, 4)}
 
     def discard(self) -> None:
@@ -235,18 +241,21 @@ def _execution_kind(task_id: str) -> type[Execution]:
 
 @dataclass
 class _Slot:
-    """One device: its gate, its ready spares, and what its starter is doing."""
+    """One device: its gate, its ready spares, and what its starters are doing."""
 
     device: str
     gate: DeviceGate = field(default_factory=DeviceGate)
     ready: list[WarmChild] = field(default_factory=list)
     want_task: str | None = None
-    starting: ChildSession | None = None
+    starting: set[ChildSession] = field(default_factory=set)
+    """Spares between spawn and ready (killed by `close`)."""
+    pending: int = 0
+    """Starts under way (counted from the decision to start, before the spawn, so that starters agree)."""
     in_flight: int = 0
     """Children handed out whose session is not closed yet (their candidate is being judged)."""
     failures: int = 0
     last_error: str = ""
-    thread: threading.Thread | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"started": 0, "served": 0, "dead": 0, "recycled": 0,
                                                             "retired": 0, "failed": 0})
 
@@ -269,9 +278,13 @@ class WarmPool:
         self._runs_root = self.config.build_root.parent / "runs"
         self._slots = {d: _Slot(d, want_task=task_id) for d in dict.fromkeys(devices)}
         for slot in self._slots.values():
-            slot.thread = threading.Thread(target=self._starter, args=(slot,), name=f"warm-{slot.device}",
-                                           daemon=True)
-            slot.thread.start()
+            # One starter per spare: the spares' CPU-only starts overlap one another; their device phases still
+            # take the gate one at a time.
+            for i in range(self.spares):
+                thread = threading.Thread(target=self._starter, args=(slot,), name=f"warm-{slot.device}-{i}",
+                                          daemon=True)
+                slot.threads.append(thread)
+                thread.start()
 
     # --- the caller's side --------------------------------------------------------------------------
 
@@ -329,9 +342,11 @@ class WarmPool:
         return None
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per device: spares ready, and how many were started, served, found dead, recycled, retired, failed."""
+        """Per device: spares ready and starting, and how many were started, served, found dead, recycled, retired,
+        failed."""
         with self._cond:
-            return {d: {"ready": len(s.ready), **s.counts, "last_error": s.last_error} for d, s in self._slots.items()}
+            return {d: {"ready": len(s.ready), "starting": s.pending, **s.counts, "last_error": s.last_error}
+                    for d, s in self._slots.items()}
 
     def ready_children(self, device: str) -> list[WarmChild]:
         """The spares ready on `device` now (still the pool's: for inspection, not for use)."""
@@ -348,14 +363,14 @@ class WarmPool:
         self._closed.set()
         with self._cond:
             self._cond.notify_all()
-            starting = [s.starting for s in self._slots.values() if s.starting is not None]
+            starting = [session for s in self._slots.values() for session in s.starting]
         for slot in self._slots.values():
             slot.gate.close()
         for session in starting:
             session.kill()  # unblocks a starter waiting for Started / Ready
         for slot in self._slots.values():
-            if slot.thread is not None:
-                slot.thread.join(timeout=60)
+            for thread in slot.threads:
+                thread.join(timeout=60)
         with self._cond:
             ready = [c for s in self._slots.values() for c in s.ready]
             for s in self._slots.values():
@@ -373,9 +388,10 @@ class WarmPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- the starter (one thread per device) ----------------------------------------------------------
+    # --- the starters (one thread per spare and device) ----------------------------------------------------------
 
     def _starter(self, slot: _Slot) -> None:
+        """One of the device's starters (one per spare): keeps `spares` ready or under way."""
         is_cpu = torch.device(slot.device).type == "cpu"
         while not self._closed.is_set():
             with self._cond:
@@ -385,18 +401,22 @@ class WarmPool:
                         slot.ready.remove(child)
                         slot.counts[reason] += 1
                         child.discard()
-                if len(slot.ready) >= self.spares or (is_cpu and slot.in_flight):
+                if len(slot.ready) + slot.pending >= self.spares or (is_cpu and (slot.in_flight or slot.pending)):
                     # Woken by acquire, by a handed-out child's end, and by close; the timeout re-checks ages.
                     self._cond.wait(CHECK_INTERVAL_S)
                     continue
+                slot.pending += 1
             try:
                 child = self._start_one(slot)
             except _Closed:
+                with self._cond:
+                    slot.pending -= 1
                 return
             except Exception as exc:  # noqa: BLE001 - a spare that fails before any candidate is ours: retry
-                if self._closed.is_set():
-                    return  # killed by `close`
                 with self._cond:
+                    slot.pending -= 1
+                    if self._closed.is_set():
+                        return  # killed by `close`
                     slot.counts["failed"] += 1
                     slot.failures += 1
                     slot.last_error = f"{type(exc).__name__}: {exc}"
@@ -405,6 +425,7 @@ class WarmPool:
                 self._closed.wait(FAILURE_BACKOFF_S[min(slot.failures, len(FAILURE_BACKOFF_S)) - 1])
                 continue
             with self._cond:
+                slot.pending -= 1  # in the same critical section as the append: no starter sees neither
                 if self._closed.is_set():
                     child.discard()
                     return
@@ -425,9 +446,10 @@ class WarmPool:
             spawned = time.monotonic()
             # Its wall limit covers its idle life; `hand_over` restarts it for the candidate.
             session = ChildSession("execute", "", device, work_dir, config, gpu=not is_cpu, pre_started=True,
+                                   context_at_start=config.spare_context_at_start,
                                    wall_s=self.max_age_s + 3 * READY_TIMEOUT_S)
             with self._cond:
-                slot.starting = session
+                slot.starting.add(session)
             _expect(session, msg.Started, READY_TIMEOUT_S)
             host_s = time.monotonic() - spawned
             task_id = self._wait_for_task(slot)
@@ -437,21 +459,22 @@ class WarmPool:
                 gate_wait_s = time.monotonic() - gate_started
                 began = time.monotonic()
                 session.send(msg.Begin(task=task_id).model_dump())
-                _expect(session, msg.Ready, READY_TIMEOUT_S)
+                ready = _expect(session, msg.Ready, READY_TIMEOUT_S)
                 device_s = time.monotonic() - began
                 empty_calls, calibration_s = (self._calibrate(session, task_id, device) if self.precalibrate
                                               else (None, 0.0))
                 environment = describe(device, session.mechanism)
             with self._cond:
-                slot.starting = None
+                slot.starting.discard(session)
             return WarmChild(session=session, device=device, task_id=task_id, work_dir=work_dir, gate=slot.gate,
                              spawned=spawned, host_s=host_s, gate_wait_s=gate_wait_s, device_s=device_s,
+                             setup_s=dict(ready.setup_s),
                              calibration_s=calibration_s, empty_calls=empty_calls, environment=environment,
                              ready_at=time.monotonic())
         except BaseException:
-            with self._cond:
-                slot.starting = None
             if session is not None:
+                with self._cond:
+                    slot.starting.discard(session)
                 _kill(session)
             shutil.rmtree(work_dir, ignore_errors=True)
             raise
@@ -484,10 +507,11 @@ class WarmPool:
             self._cond.notify_all()
 
 
-def _expect(session: ChildSession, model: type[msg.Reply], timeout_s: float) -> None:
+def _expect(session: ChildSession, model: type[R], timeout_s: float) -> R:
     """The next reply must be an ok `model` (a spare runs only our code: anything else is a broken start)."""
     reply = session.receive(timeout_s)
     parsed = msg.parse_reply(reply.header, model)
     if not isinstance(parsed, model) or not parsed.ok:
         raise RuntimeError(f"the spare answered {reply.header.get('op')!r} (ok={reply.header.get('ok')}) instead of "
                            f"{msg.op_of(model)!r}: {(parsed.error.message if parsed.error else '')[:500]}")
+    return parsed

@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("-n", type=int, default=5, help="judgements per candidate and mode")
     parser.add_argument("--modes", default="cold,warm")
-    parser.add_argument("--spares", type=int, default=1, help="pre-started children kept (warm mode)")
+    parser.add_argument("--spares", type=int, default=2, help="spares kept (warm mode; as the worker)")
     parser.add_argument("--json", type=Path, help="also write every run and the summaries here")
     parser.add_argument("--build-root", type=Path, default=Path(tempfile.gettempdir()) / "bench-judge")
     parser.add_argument("--timing-budget-ms", type=float, help="override JudgeConfig.timing_budget_ms")

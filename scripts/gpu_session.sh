@@ -13,7 +13,8 @@
 # afresh; its verdicts join those of an earlier acceptance carried in .session/out/acceptance/), acceptance (the whole CUDA corpus on pre-started
 # children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
 # per candidate, warm and cold), independent (do_bench and Liger beside the judge's medians), kernelbench
-# (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds).
+# (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds),
+# spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/measure_spare_overlap.py).
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
 SESSION=/tmp/session
@@ -61,10 +62,15 @@ run_stages() {
     [ -n "${SIDE_BY_SIDE_FILES:-}" ] && read -r -a SIDE_BY_SIDE <<< "$SIDE_BY_SIDE_FILES"
     { nvidia-smi; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } \
         > "$out/environment.txt" 2>&1
-    # CPU-only builds for the later stages, niced behind the acceptance's own builds.
-    nice -n 19 python3 scripts/kernelbench_side_by_side.py --build-only --work "$SESSION/kb" "${SIDE_BY_SIDE[@]}" \
-        > "$out/prebuild-kernelbench.log" 2>&1 &
-    nice -n 19 python3 scripts/independent_timing.py --build-only "${HONEST[@]}" > "$out/prebuild-independent.log" 2>&1 &
+    # CPU-only builds for the later stages, niced behind the acceptance's own builds; only when those stages run
+    # (they would load the host under the build and spares stages' measurements).
+    if [[ " $* " == *" kernelbench "* ]]; then
+        nice -n 19 python3 scripts/kernelbench_side_by_side.py --build-only --work "$SESSION/kb" "${SIDE_BY_SIDE[@]}" \
+            > "$out/prebuild-kernelbench.log" 2>&1 &
+    fi
+    if [[ " $* " == *" independent "* ]]; then
+        nice -n 19 python3 scripts/independent_timing.py --build-only "${HONEST[@]}" > "$out/prebuild-independent.log" 2>&1 &
+    fi
     for name in "$@"; do
         case $name in
             acceptance)
@@ -89,6 +95,8 @@ run_stages() {
                 wait
                 stage kernelbench python3 scripts/kernelbench_side_by_side.py --work "$SESSION/kb" \
                     --ours "$ours" --out "$out/kernelbench" "${SIDE_BY_SIDE[@]}" ;;
+            spares) stage spares python3 scripts/measure_spare_overlap.py --device cuda:0 \
+                        --json "$out/spares/spare-overlap.json" ;;
             tolerance) stage tolerance python3 scripts/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
             build) stage build python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 \
                        --json "$out/build/bench_build_cuda.json" ;;

@@ -45,13 +45,18 @@ def judge_config(settings: Settings) -> JudgeConfig:
     return config
 
 
+GPU_SPARES = 2
+"""Spares per GPU by default: two start side by side, so that one is ready when a candidate ends even though a
+start (~5 s of CPU, then its device phase) takes longer than judging a correct candidate (~2-3 s)."""
+
+
 @dataclass
 class SandboxJudge:
     config: JudgeConfig
     mode: str = JudgeMode.SANDBOX.value
     spares: int | None = None
-    """Pre-started children per device; 0: a child is started for each candidate; None: one per GPU, none for
-    the CPU (Settings.warm_spares)."""
+    """Pre-started children per device; 0: a child is started for each candidate; None: `GPU_SPARES` per GPU,
+    none for the CPU (Settings.warm_spares)."""
     pool: WarmPool | None = field(default=None, repr=False)
 
     def prepare(self, task_id: str, source: str, *, target: str) -> PreparedCandidate | Verdict:
@@ -67,7 +72,7 @@ class SandboxJudge:
         if self.pool is not None:
             return
         if self.spares is None:
-            devices, spares = [d for d in devices if d.startswith("cuda")], 1
+            devices, spares = [d for d in devices if d.startswith("cuda")], GPU_SPARES
         else:
             spares = self.spares
         if spares > 0 and devices:

@@ -43,9 +43,9 @@ def _prepare(source: str, config: JudgeConfig, task: str = "kl_div") -> Prepared
     return prepared
 
 
-def _wait_ready(pool: WarmPool, device: str = "cpu") -> None:
-    deadline = time.monotonic() + START_S
-    while pool.stats()[device]["ready"] < 1:
+def _wait_ready(pool: WarmPool, device: str = "cpu", count: int = 1) -> None:
+    deadline = time.monotonic() + count * START_S
+    while pool.stats()[device]["ready"] < count:
         assert time.monotonic() < deadline, f"no spare became ready: {pool.stats()}"
         time.sleep(0.1)  # polling a real condition, with a deadline
 
@@ -99,6 +99,34 @@ for _where in (_os.getcwd(), "/tmp"):
         verdicts.append(execute(_prepare(source, config), "cpu", config=config, child=child))
     assert [v.status for v in verdicts] == [Status.CORRECT, Status.CORRECT], [v.diagnosis for v in verdicts]
     assert all(v.details["cost"]["pre_started"] for v in verdicts)
+
+
+def test_a_child_ends_at_once_and_its_output_is_kept(pool: WarmPool, config: JudgeConfig) -> None:
+    """The child leaves by os._exit (no interpreter finalisation, which cost ~1 s of device time per
+    candidate): on its own, with exit code 0, and what the candidate printed still reaches the judge."""
+    marker = f"said-{uuid.uuid4().hex}"
+    source = f'print("{marker}", end="")\n' + CORRECT.read_text()
+    child = pool.acquire("cpu", "kl_div")
+    assert child is not None
+    verdict = execute(_prepare(source, config), "cpu", config=config, child=child)
+    assert verdict.status is Status.CORRECT, verdict.diagnosis
+    assert child.session.process.returncode == 0  # it left on its own: not killed at the close's deadline
+    assert marker in child.session.process.output_text()
+
+
+def test_two_spares_are_kept_and_no_third(config: JudgeConfig) -> None:
+    """One starter per spare: two spares ready, and the starters agree that no third is due (a start is
+    counted from the decision to start, so two starters cannot both take the last place)."""
+    with WarmPool(["cpu"], config, task_id="kl_div", spares=2) as pool:
+        _wait_ready(pool, count=2)
+        stats = pool.stats()["cpu"]
+        assert (stats["ready"], stats["starting"], stats["started"]) == (2, 0, 2), stats
+        first = pool.acquire("cpu", "kl_div")
+        second = pool.acquire("cpu", "kl_div")
+        assert first is not None and second is not None and first.session is not second.session
+        assert first.acquire_wait_s < 1 and second.acquire_wait_s < 1  # both were ready: no wait
+        for child in (first, second):
+            child.discard()
 
 
 def test_dead_old_and_wrong_task_spares_are_replaced_never_used(config: JudgeConfig) -> None:
