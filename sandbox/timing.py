@@ -148,12 +148,12 @@ MAX_BATCH = 8
 only adds input sets that all sit in memory."""
 
 
-def batch_size(device: torch.device, bytes_per_call: int) -> int:
+def batch_size(device: torch.device, bytes_per_call: int, armed_bytes: int = ARMED_BYTES) -> int:
     """Calls per timed batch: 1 on the CPU (a flush there cannot overlap a call, so batching buys nothing);
-    on a GPU as many input sets as fit in ARMED_BYTES, at most MAX_BATCH."""
+    on a GPU as many input sets as fit in `armed_bytes`, at most MAX_BATCH."""
     if device.type != "cuda":
         return 1
-    return max(1, min(MAX_BATCH, ARMED_BYTES // max(bytes_per_call, 1)))
+    return max(1, min(MAX_BATCH, armed_bytes // max(bytes_per_call, 1)))
 
 
 def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, first_flushed: bool = False) -> BatchTime:

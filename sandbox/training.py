@@ -39,7 +39,7 @@ from sandbox import plausibility
 from sandbox import protocol as msg
 from sandbox.compare import compare, dtype_name, tensor_from_bytes
 from sandbox.execute import CallTruth, Execution, _Stop
-from sandbox.timing import batch_size, summarize
+from sandbox.timing import ARMED_BYTES, batch_size, summarize
 from sandbox.training_child import projection_weights
 from sandbox.verdict import Status, TimingStats
 
@@ -50,6 +50,15 @@ ALLOCATOR_BLOCK = 512
 """PyTorch's CUDA caching allocator rounds every allocation up to a multiple of 512 bytes."""
 PROJECTION_SLACK = 1e-9
 """Relative fp64 rounding allowed in a row projection beyond the tolerance (the sums' error is ~1e-13)."""
+
+
+def training_armed_bytes(total_memory: int) -> int:
+    """Device memory a batch of training steps may hold: a third of the card, at least the forward's budget.
+    A step holds twice a forward call's bytes; under the forward's 8 GiB, kl_div_train got one step per batch,
+    so each step's own host work (fresh 1 GiB gradients, the kept ones) fell into the batch's timed window and
+    made an honest kernel look like hidden work once (H100, 2026-11-23). A third of an 80 GB card is 6 steps,
+    leaving room for the candidate's own buffers and the parent's fp64 truth."""
+    return max(ARMED_BYTES, total_memory // 3)
 
 
 @dataclass(frozen=True)
@@ -267,10 +276,13 @@ class TrainingExecution(Execution):
     def batch_size(self) -> int:
         """Steps per timed batch: what a step keeps alive is its inputs and its gradient, and the child holds the
         previous batch's gradients too (a recycled gradient is refused), so a step counts its inputs and two
-        gradients, against the same armed-memory budget as a forward call."""
+        gradients, against a budget of its own (`training_armed_bytes`)."""
         rows, cols = self.shape
         held = self.task.training.forward_min_bytes(self.shape) + 2 * rows * cols * 4
-        return batch_size(torch.device(self.device), held)
+        device = torch.device(self.device)
+        if device.type != "cuda":
+            return batch_size(device, held)
+        return batch_size(device, held, training_armed_bytes(torch.cuda.get_device_properties(device).total_memory))
 
     # Execution.timed_batch with a training step's differences: the forward alone is armed as such (and has no
     # gradient truth: `call_truth`), and each step's gradient is checked (`grad_check`, weights and rows drawn

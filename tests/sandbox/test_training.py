@@ -17,6 +17,7 @@ from reference.training import full_gradient, grad_output_scale
 from sandbox import Status, judge, plausibility
 from sandbox import protocol as msg
 from sandbox import training
+from sandbox.timing import batch_size
 from sandbox.training_child import has_custom_function, project_rows, projection_weights
 
 from .conftest import CORPUS
@@ -201,3 +202,15 @@ def test_a_fused_candidate_is_judged_with_its_training_report(judge_config, monk
     perf = verdict.performance
     assert set(perf.baselines) == {"eager", "compile"}
     assert perf.min_bytes == get_task("kl_div_train").min_bytes(get_task("kl_div_train").cpu_shape)
+
+
+def test_a_training_batch_holds_several_official_steps_on_a_large_card() -> None:
+    """A step holds its inputs and two gradients (just over 4 GiB for kl_div_train): under the forward's 8 GiB,
+    one step per batch left each step's own host work in the timed window. A third of an 80 GB card holds six;
+    a 24 GB card keeps the forward's budget."""
+    cuda = torch.device("cuda")  # batch_size reads only the device's type: no GPU is touched here
+    task = get_task("kl_div_train")
+    rows, cols = task.official_shape
+    held = task.training.forward_min_bytes(task.official_shape) + 2 * rows * cols * 4
+    assert batch_size(cuda, held, training.training_armed_bytes(80 * 10**9)) == 6
+    assert batch_size(cuda, held, training.training_armed_bytes(24 * 10**9)) == batch_size(cuda, held) == 1
