@@ -7,8 +7,9 @@ Both cost throughput. This script measures what would be gained by moving them, 
 - a victim process times a 1 GiB device-to-device copy with CUDA events and an L2 flush, back to back, for
   the whole run, stamping each call with the host's monotonic clock;
 - meanwhile, one after another: real spares from `sandbox.warm.WarmPool` (sandboxed, as the worker starts
-  them; their `setup_s` says what the device phase is made of), each then ended by a graceful `close` or by
-  a kill and reap (timed); bare CUDA context creations, one at a time and three at once;
+  them; their `setup_s` says what the device phase is made of), with the device context created inside the
+  gate and then at start (`JudgeConfig.spare_context_at_start`), each then ended by a `close` (the child's
+  `exit`) or by a kill and reap (timed); bare CUDA context creations, one at a time and three at once;
 - every victim sample is classed by what ran beside it (idle, spare host phase, spare device phase,
   calibration, close, kill, bare contexts), and the classes' medians and tails are printed.
 
@@ -56,7 +57,7 @@ def summary(values: list[float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--spares", type=int, default=4, help="spares started and ended per task")
+    parser.add_argument("--spares", type=int, default=4, help="spares started and ended per task and mode")
     parser.add_argument("--tasks", nargs="+", default=["kl_div", "kl_div_train"])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -73,16 +74,17 @@ def main() -> None:
     time.sleep(4)
     windows.append(("idle", mark, time.monotonic()))
     spares = []
-    config = JudgeConfig(build_root=Path(tempfile.mkdtemp()) / "builds")
-    for task in args.tasks:
+    for task, at_start in [(task, at_start) for at_start in (False, True) for task in args.tasks]:
+        config = JudgeConfig(build_root=Path(tempfile.mkdtemp()) / "builds", spare_context_at_start=at_start)
+        mode = " (context at start)" if at_start else ""
         # spares=1: the next spare starts as one is taken; each is ended one way or the other after 2 s.
         with WarmPool([args.device], config, spares=1, task_id=task) as pool:
             for i in range(args.spares):
                 child = pool.acquire(args.device, task)
                 assert child is not None, pool.stats()
                 begin = child.spawned + child.host_s + child.gate_wait_s
-                windows += [("spare host phase", child.spawned, child.spawned + child.host_s),
-                            ("spare device phase", begin, begin + child.device_s),
+                windows += [("spare host phase" + mode, child.spawned, child.spawned + child.host_s),
+                            ("spare device phase" + mode, begin, begin + child.device_s),
                             ("calibration", begin + child.device_s, begin + child.device_s + child.calibration_s)]
                 time.sleep(2)
                 session = child.hand_over(60)
@@ -95,7 +97,8 @@ def main() -> None:
                     session.close(timeout_s=10)
                     kind = "kill"
                 windows.append((kind, t, time.monotonic()))
-                spares.append({"task": task, "host_s": child.host_s, "device_s": child.device_s,
+                spares.append({"task": task, "context_at_start": at_start, "host_s": child.host_s,
+                               "device_s": child.device_s,
                                "setup_s": child.setup_s, "calibration_s": child.calibration_s,
                                "end": kind, "end_s": time.monotonic() - t})
                 time.sleep(1)
@@ -131,7 +134,8 @@ def main() -> None:
               f"{s['p99']:.4f} | {s['max']:.4f} |")
     print("\nspares (s):")
     for s in spares:
-        print(f"  {s['task']:<14} host {s['host_s']:.2f} device {s['device_s']:.2f} "
+        where = "at start" if s["context_at_start"] else "in gate"
+        print(f"  {s['task']:<14} {where:<8} host {s['host_s']:.2f} device {s['device_s']:.2f} "
               f"({', '.join(f'{k} {v:.2f}' for k, v in s['setup_s'].items())}) calibration {s['calibration_s']:.2f} "
               f"{s['end']} {s['end_s']:.2f}")
     print("bare contexts:", json.dumps(contexts))
