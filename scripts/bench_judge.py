@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("-n", type=int, default=5, help="judgements per candidate and mode")
     parser.add_argument("--modes", default="cold,warm")
-    parser.add_argument("--spares", type=int, default=2, help="spares kept (warm mode; as the worker)")
+    parser.add_argument("--spares", type=int, default=3, help="spares kept (warm mode; as the worker)")
     parser.add_argument("--json", type=Path, help="also write every run and the summaries here")
     parser.add_argument("--build-root", type=Path, default=Path(tempfile.gettempdir()) / "bench-judge")
     parser.add_argument("--timing-budget-ms", type=float, help="override JudgeConfig.timing_budget_ms")
@@ -155,15 +156,17 @@ def main() -> None:
     config = JudgeConfig(build_root=args.build_root / "builds", cache_root=args.build_root / "cache", **overrides)
     modes = [m for m in args.modes.split(",") if m]
 
-    prepared: dict[Path, PreparedCandidate] = {}
-    for path in paths:
+    def build(path: Path) -> PreparedCandidate:
         started = time.monotonic()
         p = prepare(task_of(path), path.read_text(), target="cuda" if cuda else "cpu", config=config)
         if isinstance(p, Verdict):
             raise SystemExit(f"{path.name}: rejected before running ({p.status.value}): {p.diagnosis[:300]}")
-        prepared[path] = p
         print(f"prepared {path.name}: {time.monotonic() - started:.1f} s (build cached: {p.compile_cached})",
               flush=True)
+        return p
+
+    with ThreadPoolExecutor(len(paths)) as builders:  # side by side, as the service's compile pool builds
+        prepared: dict[Path, PreparedCandidate] = dict(zip(paths, builders.map(build, paths)))
     for task in dict.fromkeys(p.task_id for p in prepared.values()):  # baselines measured and cached, uncounted
         first = next(p for p in prepared.values() if p.task_id == task)
         execute(first, args.device, config=config)

@@ -122,7 +122,7 @@ def main() -> int:
         (args.out / "gpu_acceptance.md").write_text("\n".join(text) + "\n")
         (args.out / "verdicts.json").write_text(json.dumps(verdicts, indent=1))
 
-    pool = WarmPool([args.device], config, spares=2) if args.warm else None  # as the worker (GPU_SPARES)
+    pool = WarmPool([args.device], config, spares=3) if args.warm else None  # as the worker (GPU_SPARES)
 
     def judge(p, cfg: JudgeConfig) -> Verdict:
         child = pool.acquire(args.device, p.task_id) if pool else None

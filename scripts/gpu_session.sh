@@ -12,7 +12,8 @@
 # Stages, in order of what matters most (default: all but recheck): recheck (the files in $RECHECK only, judged
 # afresh; its verdicts join those of an earlier acceptance carried in .session/out/acceptance/), acceptance (the whole CUDA corpus on pre-started
 # children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
-# per candidate, warm and cold), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
+# per candidate, warm and cold), acceptance-lite (the fast, training and training-hostile files and the repeat
+# study), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
 # (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds),
 # spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/measure_spare_overlap.py).
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
@@ -77,6 +78,14 @@ run_stages() {
                 stage acceptance python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 --out "$out/acceptance"
                 python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1
                 merge_verdicts "$ours" "$out/acceptance/verdicts.json" ;;
+            acceptance-lite)  # the fast kernels, the training corpus (honest and hostile), the repeat study
+                stage acceptance-lite python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 \
+                    --out "$out/acceptance-lite" --only kl_div_fast.py cross_entropy_fast.py kl_div_wrong_direction.py \
+                    cross_entropy_wrong_target.py kl_div_train_function.py kl_div_train_fused.py \
+                    cross_entropy_train_function.py cross_entropy_train_fused.py t1_reference_backward.py \
+                    t1_zero_gradient.py t2_subsample_rows.py t3_cached_gradient.py c4_side_stream.py
+                python3 scripts/training_report.py "$out/acceptance-lite/verdicts.json" \
+                    > "$out/acceptance-lite/training.md" 2>&1 ;;
             recheck)
                 stage recheck python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/recheck" \
                     --only "${RECHECK_FILES[@]##*/}"

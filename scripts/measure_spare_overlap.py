@@ -67,8 +67,10 @@ def main() -> None:
 
     windows: list[tuple[str, float, float]] = []
     stop = Path(tempfile.mkdtemp()) / "stop"
-    victim = subprocess.Popen([sys.executable, "-c", VICTIM, args.device, str(stop)], stdout=subprocess.PIPE,
-                              text=True)
+    # Its samples go to a file: a pipe read only at the end filled after ~3,600 lines and stalled it.
+    samples_path = stop.with_name("victim.txt")
+    with open(samples_path, "w") as sink:
+        victim = subprocess.Popen([sys.executable, "-c", VICTIM, args.device, str(stop)], stdout=sink, text=True)
     time.sleep(8)  # the victim's own start; the idle window follows
     mark = time.monotonic()
     time.sleep(4)
@@ -112,11 +114,19 @@ def main() -> None:
         windows.append((f"bare contexts x{parallel}", t, time.monotonic()))
         contexts.append({"parallel": parallel, "context_s": outs, "wall_s": time.monotonic() - t})
         time.sleep(2)
+    # What four starters' CPU-only starts do on the host (no sandbox: the imports alone), all at once.
+    t = time.monotonic()
+    imports = [subprocess.Popen([sys.executable, "-c", "import torch, torch._dynamo"]) for _ in range(4)]
+    for proc in imports:
+        proc.wait()
+    windows.append(("4 imports of torch + torch._dynamo", t, time.monotonic()))
+    time.sleep(2)
     mark = time.monotonic()
     time.sleep(4)
     windows.append(("idle", mark, time.monotonic()))
     stop.touch()
-    samples = [tuple(map(float, line.split())) for line in victim.communicate()[0].splitlines() if line.strip()]
+    victim.wait()
+    samples = [tuple(map(float, line.split())) for line in samples_path.read_text().splitlines() if line.strip()]
 
     classes: dict[str, list[float]] = {}
     for t, ms in samples:

@@ -45,9 +45,11 @@ def judge_config(settings: Settings) -> JudgeConfig:
     return config
 
 
-GPU_SPARES = 2
-"""Spares per GPU by default: two start side by side, so that one is ready when a candidate ends even though a
-start (~5 s of CPU, then its device phase) takes longer than judging a correct candidate (~2-3 s)."""
+GPU_SPARES = 3
+"""Spares per GPU by default, each with its own starter: a start is ~10 s of CPU (bubblewrap, Python, torch and
+torch._dynamo imported) and then ~0.5 s of device phase, against ~1-3 s of device time per candidate, so
+starts must overlap for a spare to be ready when a candidate ends (H100, 2026-11-24: with two, candidates
+waited 0-11 s for theirs)."""
 
 
 @dataclass
