@@ -13,7 +13,7 @@
 # afresh; its verdicts join those of an earlier acceptance carried in .session/out/acceptance/), acceptance (the whole CUDA corpus on pre-started
 # children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
 # per candidate, warm and cold), acceptance-lite (the fast, training and training-hostile files and the repeat
-# study), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
+# study), e2e (the service end to end, each fast kernel submitted three times: resubmissions of an identical source), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
 # (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds),
 # spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/measure_spare_overlap.py).
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
@@ -91,6 +91,11 @@ run_stages() {
                     --only "${RECHECK_FILES[@]##*/}"
                 merge_verdicts "$ours" "$out/recheck/verdicts.json" ;;
             batch) stage batch python3 scripts/gpu_batch.py --out "$out/batch" ;;
+            e2e)  # the service as the README starts it; each fast kernel three times: the 2nd and 3rd are resubmissions
+                stage e2e python3 scripts/gpu_service_e2e.py --out "$out/e2e" --candidates \
+                    kl_div:tests/corpus/cuda/kl_div_fast.py kl_div:tests/corpus/cuda/kl_div_fast.py \
+                    kl_div:tests/corpus/cuda/kl_div_fast.py cross_entropy:tests/corpus/cuda/cross_entropy_fast.py \
+                    cross_entropy:tests/corpus/cuda/cross_entropy_fast.py cross_entropy:tests/corpus/cuda/cross_entropy_fast.py ;;
             judge)
                 stage judge python3 scripts/bench_judge.py --device cuda:0 -n 10 --modes warm --build-root /tmp/judge \
                     --json "$out/judge/bench-judge-warm.json"
@@ -110,7 +115,7 @@ run_stages() {
             spares) stage spares python3 scripts/measure_spare_overlap.py --device cuda:0 \
                         --json "$out/spares/spare-overlap.json" ;;
             tolerance) stage tolerance python3 scripts/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
-            build) stage build python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 \
+            build) stage build python3 scripts/bench_build.py --target cuda -n 8 -p 8 --jobs 2 \
                        --json "$out/build/bench_build_cuda.json" ;;
             *) echo "unknown stage $name" >> "$out/stages.txt" ;;
         esac
