@@ -5,13 +5,15 @@
 Starts `kernel-judge serve` (API + embedded worker on every local GPU, SQLite) in a subprocess, mints a
 key, submits each candidate over HTTP, follows it until `done`, and reports the wall time from POST to
 verdict split into queue wait, compile (sandbox.prepare) and GPU (sandbox.execute) from the stored stage
-timestamps. Writes service_e2e.md to --out.
+timestamps, with the device-held seconds and the wait for a pre-started child from the verdict's cost. Writes
+service_e2e.md (the table) and service_e2e.json (every submission as the API returned it) to --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +25,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = [("kl_div", "tests/corpus/cuda/kl_div_fast.py"),
               ("cross_entropy", "tests/corpus/cuda/cross_entropy_fast.py")]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def ts(value: str | None) -> dt.datetime | None:
@@ -43,7 +49,8 @@ def main() -> int:
     server = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port", str(args.port)],
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{args.port}"
-    rows = []
+    rows: list[str] = []
+    verdicts: list[dict] = []
     try:
         with httpx.Client(base_url=base, timeout=30) as client:
             deadline = time.monotonic() + 120
@@ -80,10 +87,15 @@ def main() -> int:
                 perf = v.get("performance") or {}
                 median = perf.get("candidate", {}).get("median_ms")
                 stages = v.get("stages", {})
+                cost = (v.get("details") or {}).get("cost") or {}
+                spare = cost.get("pre_started") or {}
+                timing = (v.get("details") or {}).get("timing") or {}
+                verdicts.append({"task": task, "candidate": path, "post_to_verdict_s": wall, "submission": sub})
                 rows.append(f"| {task} | {Path(path).name} | {posted.status_code} | {post_ms:.0f} | {v['status']} | "
                             f"{median if median is None else f'{median:.4f}'} | {wall:.1f} | {queue:.1f} | "
                             f"{compile_s:.1f} | {wait:.1f} | {gpu:.1f} | {stages.get('baselines', 0):.1f} | "
-                            f"{stages.get('timing', 0):.1f} |")
+                            f"{stages.get('timing', 0):.1f} | {_num(cost.get('device_held_s'))} | "
+                            f"{_num(spare.get('acquire_wait_s'))} | {timing.get('timed_calls', '-')} |")
                 print(rows[-1], flush=True)
             board = client.get("/v1/leaderboard/kl_div").json()
     finally:
@@ -93,9 +105,12 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
     text = ["| task | candidate | POST status | POST ms | verdict | median ms | POST to verdict s | queue s | "
-            "compile s | wait for GPU s | GPU s | of which baselines s | of which timing s |",
-            "|" + "---|" * 13, *rows, "", f"leaderboard kl_div: {board}"]
+            "compile s | wait for GPU s | GPU s | of which baselines s | of which timing s | device held s | "
+            "waited for a spare s | timed calls |",
+            "|" + "---|" * 16, *rows, "", f"leaderboard kl_div: {board}"]
     (args.out / "service_e2e.md").write_text("\n".join(text) + "\n")
+    # Every submission as the API returned it, verdict included: what explains a slow one.
+    (args.out / "service_e2e.json").write_text(json.dumps(verdicts, indent=1))
     print("\n".join(text))
     return 0
 

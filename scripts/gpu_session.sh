@@ -13,7 +13,7 @@
 # afresh; its verdicts join those of an earlier acceptance carried in .session/out/acceptance/), acceptance (the whole CUDA corpus on pre-started
 # children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
 # per candidate, warm and cold), acceptance-lite (the fast, training and training-hostile files and the repeat
-# study), e2e (the service end to end, each fast kernel submitted three times: resubmissions of an identical source), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
+# study), e2e (the service end to end, each fast kernel submitted three times: resubmissions of an identical source), judge-one (warm, one spare), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
 # (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds),
 # spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/measure_spare_overlap.py).
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
@@ -101,6 +101,9 @@ run_stages() {
                     --json "$out/judge/bench-judge-warm.json"
                 stage judge-cold python3 scripts/bench_judge.py --device cuda:0 -n 2 --modes cold --build-root /tmp/judge \
                     --json "$out/judge-cold/bench-judge-cold.json" ;;
+            judge-one)  # the same warm runs with one spare: fewer CPU-only starts beside each timed phase
+                stage judge-one python3 scripts/bench_judge.py --device cuda:0 -n 10 --modes warm --spares 1 \
+                    --build-root /tmp/judge --json "$out/judge-one/bench-judge-warm-one-spare.json" ;;
             judge-ctx)  # the same warm runs with the spares' device context created at their start
                 stage judge-ctx env JUDGE_SPARE_CONTEXT_AT_START=1 python3 scripts/bench_judge.py --device cuda:0 -n 10 \
                     --modes warm --build-root /tmp/judge --json "$out/judge-ctx/bench-judge-warm-ctx.json" ;;
