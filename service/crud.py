@@ -20,6 +20,7 @@ from sandbox.verdict import Status, Verdict
 from service.api import schemas
 from service.core.security import display_prefix, generate_key, hash_key
 from service.db.models import ApiKey, Job, Submission, VerdictRow, utcnow
+from service.queue import wakeup
 from service.queue.states import FINAL, PUBLIC, JobState, PublicStatus
 
 
@@ -125,6 +126,7 @@ def create_submission(session: Session, key: ApiKey, body: schemas.SubmissionCre
         if existing is None:
             raise
         return check_replay(existing, body)
+    wakeup.announce(session)  # idle workers claim it when the caller commits, not at their next poll
     return Created(submission, duplicate=False)
 
 

@@ -30,6 +30,7 @@ from service.batches.schemas import (
     Sample,
 )
 from service.db.models import ApiKey, Batch, Job, Submission, VerdictRow, new_id, utcnow
+from service.queue import wakeup
 from service.queue.states import FINAL, JobState
 
 RAN = frozenset({Status.RUNTIME_ERROR, Status.TIMEOUT, Status.INCORRECT, Status.TAMPER_DETECTED, Status.CORRECT})
@@ -143,6 +144,7 @@ def create_batch(session: Session, key: ApiKey, samples: list[tuple[int, Sample]
     session.execute(insert(Job), jobs)
     batch.duplicates = created.duplicates
     session.flush()
+    wakeup.announce(session)
     return created
 
 

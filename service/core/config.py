@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     """A claimed job belongs to its worker until this long after the last heartbeat; then another worker
     reclaims it. Heartbeats come every lease_s / 4."""
     poll_s: float = 0.5
-    """How often an idle worker looks for queued jobs."""
+    """How often an idle worker looks for queued jobs. A new submission or batch wakes it at once
+    (service/queue/wakeup.py); the poll catches what no wake-up announces (retries coming due) and lost ones."""
     max_attempts: int = 3
     """system_error verdicts are retried until a job has failed this many times, then stored as final."""
     retry_backoff_s: float = 30.0

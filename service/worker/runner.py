@@ -41,6 +41,7 @@ from service.db.session import Database
 from service.observability.logs import job_context
 from service.observability.stats import WorkerStats
 from service.queue import claims as q
+from service.queue import wakeup
 from service.queue.states import HeldPhase, JobState, Outcome
 from service.worker import holds, lifeline, registry
 from service.worker.judging import Judge, crash_loop_verdict, system_error
@@ -115,6 +116,8 @@ class Worker:
             log.exception("could not register in the workers table")
         # Pre-started children begin now, before the first job is claimed (one pool slot per sandbox device).
         self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
+        # Woken when another process queues jobs (service/queue/wakeup.py); the poll below stays the safety net.
+        listener = wakeup.Listener(self.db.url, self.worker_id, self.wake)
         threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)]
         if self.settings.build_cache_max_bytes is not None:
             threads.append(threading.Thread(target=self._maintenance, name="maintenance", daemon=True))
@@ -145,8 +148,11 @@ class Worker:
                 db_down, claimed = True, []
             for c in claimed:
                 self._start(c)
+            if not claimed:
+                log.debug("idle: next claim on a wake-up or in %.1f s", self.settings.poll_s)
             self.wake.wait(self.settings.poll_s if not claimed or not want else 0.05)
             self.wake.clear()
+        listener.close()
         self._shutdown()
 
     def stop(self) -> None:

@@ -1,0 +1,168 @@
+"""Wake idle workers the moment jobs are queued, instead of at their next poll.
+
+An idle worker claims on a timer (`Settings.poll_s`, 0.5 s), so a submission posted to it waited a quarter of a
+second on average before its build was even looked up: 0.3-0.4 s of a 3.1-3.5 s resubmission on the H100
+(2026-11-25, `docs/benchmarks.md`). A transaction that queues jobs now says so (`announce`), and every worker
+listening (`Listener`) wakes when it commits.
+
+A wake-up is a hint, never a claim: the worker still claims through `service.queue.claims` with its leases,
+and keeps polling, so a lost or missing wake-up costs only the old latency, and a wake-up with nothing left to
+claim costs one empty claim. Nothing is sent when the transaction rolls back.
+
+- PostgreSQL (any number of hosts): `NOTIFY judge_queue` inside the transaction, which PostgreSQL delivers
+  only on commit; each worker LISTENs on a connection of its own, in a thread, and reconnects after an outage.
+- SQLite (one host, the embedded default): each worker binds a UNIX datagram socket in a directory named
+  after the database file (`wake_dir`); after the commit the writer sends one byte to every socket there and
+  removes those of workers that are gone. The directory sits under the system's temporary directory, whose
+  paths are short enough for socket names wherever the database file lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+from typing_extensions import Self
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "judge_queue"
+"""The PostgreSQL notification channel."""
+_PENDING = "judge_wakeup_pending"
+"""`Session.info` key: this SQLite transaction queued jobs; the sockets are told after its commit."""
+RECONNECT_S = 5.0
+"""How long a PostgreSQL listener waits before listening again after its connection failed (polling goes on)."""
+
+
+def wake_dir(database_url: str) -> Path | None:
+    """Where an SQLite database's workers keep their wake-up sockets; None for an in-memory database."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    digest = hashlib.sha256(str(Path(url.database).resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "kernel-judge-wake" / digest
+
+
+def announce(session: Session) -> None:
+    """Say, inside the caller's transaction, that it queued jobs: listening workers wake when it commits."""
+    bind = session.get_bind()
+    if bind.dialect.name == "postgresql":
+        session.execute(text(f"NOTIFY {CHANNEL}"))
+    elif wake_dir(str(bind.url)) is not None:
+        session.info[_PENDING] = str(bind.url)
+
+
+@event.listens_for(Session, "after_commit")
+def _after_commit(session: Session) -> None:
+    url = session.info.pop(_PENDING, None)
+    if url is not None:
+        _tell_sockets(wake_dir(url))
+
+
+@event.listens_for(Session, "after_rollback")
+def _after_rollback(session: Session) -> None:
+    session.info.pop(_PENDING, None)
+
+
+def _tell_sockets(directory: Path | None) -> None:
+    """One byte to every worker's socket; a socket nobody reads any more (its worker died) is removed."""
+    if directory is None or not directory.is_dir():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        sender.setblocking(False)
+        for entry in os.scandir(directory):
+            try:
+                sender.sendto(b"q", entry.path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            except OSError:  # BlockingIOError: that worker has unread wake-ups already, which is enough
+                pass
+
+
+class Listener:
+    """Sets `wake` whenever another process announces queued jobs on this database; `close` stops it."""
+
+    def __init__(self, database_url: str, name: str, wake: threading.Event) -> None:
+        self.url = database_url
+        self.wake = wake
+        self.ready = threading.Event()
+        """Set once wake-ups can arrive (the socket bound, or LISTEN done): what is announced before may be missed."""
+        self._stop = threading.Event()
+        self._socket: socket.socket | None = None
+        self._path: Path | None = None
+        digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+        if make_url(database_url).get_backend_name() == "postgresql":
+            target = self._listen_postgresql
+        else:
+            directory = wake_dir(database_url)
+            try:
+                if directory is None:
+                    raise OSError("an in-memory database has no other process to hear from")
+                directory.mkdir(parents=True, exist_ok=True)
+                self._path = directory / f"{digest}.sock"
+                with contextlib.suppress(FileNotFoundError):
+                    self._path.unlink()
+                self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._socket.bind(str(self._path))
+            except OSError as exc:  # no wake-ups, only the poll: slower, never wrong
+                log.warning("wake-up listener not started (%s): polling only", exc)
+                self._path, self._thread = None, None
+                return
+            self._socket.settimeout(1.0)  # to notice `close`
+            self.ready.set()
+            target = self._listen_socket
+        self._thread = threading.Thread(target=target, name="wakeup", daemon=True)
+        self._thread.start()
+
+    def _listen_socket(self) -> None:
+        assert self._socket is not None
+        while not self._stop.is_set():
+            try:
+                self._socket.recv(64)
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            self.wake.set()
+
+    def _listen_postgresql(self) -> None:
+        import psycopg
+
+        dsn = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self.ready.set()
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self.wake.set()
+            except psycopg.Error as exc:
+                log.warning("wake-up listener: %s; polling only, listening again in %.0f s", exc, RECONNECT_S)
+                self._stop.wait(RECONNECT_S)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._socket is not None:
+            self._socket.close()
+        if self._path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
