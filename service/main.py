@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service.api import errors
+from service.api.verdict_waits import VerdictWaits
 from service.api.routes import health, keys, leaderboard, submissions, tasks
 from service.api.routes import admin
 from service.api.routes import batches, rewards
@@ -29,7 +30,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
+        waits = VerdictWaits()
+        waits.start(settings.db_url)  # event streams and reward calls wake when their verdict is stored
+        app.state.verdict_waits = waits
         yield
+        waits.close()
         app.state.db.dispose()
 
     # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the package, not from a CDN.

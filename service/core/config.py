@@ -99,7 +99,8 @@ class Settings(BaseSettings):
 
     # --- API -----------------------------------------------------------------------------------
     sse_poll_s: float = 0.5
-    """How often GET /v1/submissions/{id}/events checks the database for a status change."""
+    """How often GET /v1/submissions/{id}/events checks the database for a status change; a stored verdict wakes
+    it at once (service/api/verdict_waits.py), so this paces the stage changes in between."""
     sse_max_s: float = 3600.0
     """An event stream closes after this long even when the job is not done (the client reconnects)."""
 

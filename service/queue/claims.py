@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
+from service.queue import wakeup
 from service.queue.states import ACTIVE, BLAMED, JobState, Outcome
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,11 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
             job.lease_expires_at = None
             _end_attempt(session, token, "verdict", now)
             session.add(verdict_row(job.submission_id, job.task_id, verdict, worker_id))
+            # Event streams and reward calls waiting for this verdict wake at commit (service/queue/wakeup.py).
+            wakeup.announce(session, wakeup.DONE, f"s:{job.submission_id}")
+            batch_id = session.scalar(select(Submission.batch_id).where(Submission.id == job.submission_id))
+            if batch_id is not None:
+                wakeup.announce(session, wakeup.DONE, f"b:{batch_id}")
     except IntegrityError:
         # Unreachable while tokens are respected; the unique submission_id is the last line of defence.
         log.error("job with token %s: a verdict already exists; discarding this one", token)

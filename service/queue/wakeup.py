@@ -1,20 +1,24 @@
-"""Wake idle workers the moment jobs are queued, instead of at their next poll.
+"""Wake whoever waits on the database the moment it changes, instead of at their next poll.
 
 An idle worker claims on a timer (`Settings.poll_s`, 0.5 s), so a submission posted to it waited a quarter of a
 second on average before its build was even looked up: 0.3-0.4 s of a 3.1-3.5 s resubmission on the H100
 (2026-11-25, `docs/benchmarks.md`). A transaction that queues jobs now says so (`announce`), and every worker
 listening (`Listener`) wakes when it commits.
 
+The same carries verdicts the other way: the worker's transaction that stores a verdict announces it on the
+`DONE` channel (the submission's id, and its batch's), and the API processes wake the event streams and
+`POST /v1/rewards` calls waiting for it (service/api/verdict_waits.py), which polled every 0.5 and 0.25 s.
+
 A wake-up is a hint, never a claim: the worker still claims through `service.queue.claims` with its leases,
 and keeps polling, so a lost or missing wake-up costs only the old latency, and a wake-up with nothing left to
 claim costs one empty claim. Nothing is sent when the transaction rolls back.
 
-- PostgreSQL (any number of hosts): `NOTIFY judge_queue` inside the transaction, which PostgreSQL delivers
-  only on commit; each worker LISTENs on a connection of its own, in a thread, and reconnects after an outage.
-- SQLite (one host, the embedded default): each worker binds a UNIX datagram socket in a directory named
-  after the database file (`wake_dir`); after the commit the writer sends one byte to every socket there and
-  removes those of workers that are gone. The directory sits under the system's temporary directory, whose
-  paths are short enough for socket names wherever the database file lives.
+- PostgreSQL (any number of hosts): `NOTIFY` inside the transaction, which PostgreSQL delivers only on
+  commit; each listener LISTENs on a connection of its own, in a thread, and reconnects after an outage.
+- SQLite (one host, the embedded default): each listener binds a UNIX datagram socket in a directory named
+  after the database file and the channel (`wake_dir`); after the commit the writer sends the payload to every
+  socket there and removes those of listeners that are gone. The directory sits under the system's temporary
+  directory, whose paths are short enough for socket names wherever the database file lives.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import event, text
@@ -35,37 +40,38 @@ from typing_extensions import Self
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "judge_queue"
-"""The PostgreSQL notification channel."""
+QUEUED = "judge_queue"
+"""Channel: jobs were queued (no payload). Workers listen."""
+DONE = "judge_done"
+"""Channel: a verdict was stored; payload `s:<submission id>`, and `b:<batch id>` for a batch's. The API listens."""
 _PENDING = "judge_wakeup_pending"
-"""`Session.info` key: this SQLite transaction queued jobs; the sockets are told after its commit."""
+"""`Session.info` key: what this SQLite transaction announced; the sockets are told after its commit."""
 RECONNECT_S = 5.0
 """How long a PostgreSQL listener waits before listening again after its connection failed (polling goes on)."""
 
 
-def wake_dir(database_url: str) -> Path | None:
-    """Where an SQLite database's workers keep their wake-up sockets; None for an in-memory database."""
+def wake_dir(database_url: str, channel: str) -> Path | None:
+    """Where an SQLite database's listeners on `channel` keep their sockets; None for an in-memory database."""
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return None
     digest = hashlib.sha256(str(Path(url.database).resolve()).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "kernel-judge-wake" / digest
+    return Path(tempfile.gettempdir()) / "kernel-judge-wake" / digest / channel
 
 
-def announce(session: Session) -> None:
-    """Say, inside the caller's transaction, that it queued jobs: listening workers wake when it commits."""
+def announce(session: Session, channel: str = QUEUED, payload: str = "") -> None:
+    """Say, inside the caller's transaction, what it did: the channel's listeners hear it when it commits."""
     bind = session.get_bind()
     if bind.dialect.name == "postgresql":
-        session.execute(text(f"NOTIFY {CHANNEL}"))
-    elif wake_dir(str(bind.url)) is not None:
-        session.info[_PENDING] = str(bind.url)
+        session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
+    elif wake_dir(str(bind.url), channel) is not None:
+        session.info.setdefault(_PENDING, []).append((str(bind.url), channel, payload))
 
 
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
-    url = session.info.pop(_PENDING, None)
-    if url is not None:
-        _tell_sockets(wake_dir(url))
+    for url, channel, payload in session.info.pop(_PENDING, ()):
+        _tell_sockets(wake_dir(url, channel), payload)
 
 
 @event.listens_for(Session, "after_rollback")
@@ -73,28 +79,29 @@ def _after_rollback(session: Session) -> None:
     session.info.pop(_PENDING, None)
 
 
-def _tell_sockets(directory: Path | None) -> None:
-    """One byte to every worker's socket; a socket nobody reads any more (its worker died) is removed."""
+def _tell_sockets(directory: Path | None, payload: str) -> None:
+    """The payload to every listener's socket; a socket nobody reads any more (its process died) is removed."""
     if directory is None or not directory.is_dir():
         return
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
         sender.setblocking(False)
         for entry in os.scandir(directory):
             try:
-                sender.sendto(b"q", entry.path)
+                sender.sendto(b"!" + payload.encode(), entry.path)  # never empty: "!" leads
             except (ConnectionRefusedError, FileNotFoundError):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
-            except OSError:  # BlockingIOError: that worker has unread wake-ups already, which is enough
+            except OSError:  # BlockingIOError: that listener is behind; its poll will see the change
                 pass
 
 
 class Listener:
-    """Sets `wake` whenever another process announces queued jobs on this database; `close` stops it."""
+    """Calls `heard(payload)`, in a thread of its own, for each announcement on `channel`; `close` stops it."""
 
-    def __init__(self, database_url: str, name: str, wake: threading.Event) -> None:
+    def __init__(self, database_url: str, name: str, channel: str, heard: Callable[[str], None]) -> None:
         self.url = database_url
-        self.wake = wake
+        self.channel = channel
+        self.heard = heard
         self.ready = threading.Event()
         """Set once wake-ups can arrive (the socket bound, or LISTEN done): what is announced before may be missed."""
         self._stop = threading.Event()
@@ -104,7 +111,7 @@ class Listener:
         if make_url(database_url).get_backend_name() == "postgresql":
             target = self._listen_postgresql
         else:
-            directory = wake_dir(database_url)
+            directory = wake_dir(database_url, channel)
             try:
                 if directory is None:
                     raise OSError("an in-memory database has no other process to hear from")
@@ -128,12 +135,12 @@ class Listener:
         assert self._socket is not None
         while not self._stop.is_set():
             try:
-                self._socket.recv(64)
+                payload = self._socket.recv(4096)
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
-            self.wake.set()
+            self.heard(payload[1:].decode(errors="replace"))
 
     def _listen_postgresql(self) -> None:
         import psycopg
@@ -142,11 +149,11 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {self.channel}")
                     self.ready.set()
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self.wake.set()
+                        for notification in conn.notifies(timeout=1.0, stop_after=1):
+                            self.heard(notification.payload)
             except psycopg.Error as exc:
                 log.warning("wake-up listener: %s; polling only, listening again in %.0f s", exc, RECONNECT_S)
                 self._stop.wait(RECONNECT_S)

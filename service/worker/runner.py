@@ -117,7 +117,7 @@ class Worker:
         # Pre-started children begin now, before the first job is claimed (one pool slot per sandbox device).
         self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
         # Woken when another process queues jobs (service/queue/wakeup.py); the poll below stays the safety net.
-        listener = wakeup.Listener(self.db.url, self.worker_id, self.wake)
+        listener = wakeup.Listener(self.db.url, self.worker_id, wakeup.QUEUED, lambda _payload: self.wake.set())
         threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)]
         if self.settings.build_cache_max_bytes is not None:
             threads.append(threading.Thread(target=self._maintenance, name="maintenance", daemon=True))
@@ -152,8 +152,8 @@ class Worker:
                 log.debug("idle: next claim on a wake-up or in %.1f s", self.settings.poll_s)
             self.wake.wait(self.settings.poll_s if not claimed or not want else 0.05)
             self.wake.clear()
-        listener.close()
         self._shutdown()
+        listener.close()  # after the shutdown: a second signal during its join must not cut the clean stop short
 
     def stop(self) -> None:
         self.stopping.set()

@@ -2,13 +2,13 @@
 
 The call stores the completions as a batch (kind "rewards"), so they are judged by the ordinary workers in
 fair order and stay inspectable afterwards (GET /v1/batches/{batch_id}). While waiting, the request holds no
-thread and no transaction: it sleeps on the event loop and polls the database (`rewards_poll_s`). The reward
+thread and no transaction: it waits on the event loop, woken when one of its verdicts is stored
+(service/api/verdict_waits.py), and reads the database then or every `rewards_poll_s` at the latest. The reward
 of each completion is `service.batches.rewards.reward` of its verdict summary.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from fastapi import APIRouter, HTTPException, Request, status
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from sandbox.verdict import Status
 from service.api.deps import CurrentKey, DatabaseDep, SettingsDep
 from service.api.routes.batches import check_quota, read_body
+from service.api.verdict_waits import wait_for_verdict
 from service.batches import store
 from service.batches.parse import Parsed, check_sample
 from service.batches.rewards import RewardParams, VerdictSummary, reward
@@ -159,7 +160,8 @@ async def create_rewards(http: Request, key: CurrentKey, db: DatabaseDep, settin
             break
         if await http.is_disconnected():
             break
-        await asyncio.sleep(min(settings.rewards_poll_s, max(0.0, deadline - time.monotonic())))
+        await wait_for_verdict(getattr(http.app.state, "verdict_waits", None), [f"b:{created.batch.id}"],
+                               min(settings.rewards_poll_s, max(0.0, deadline - time.monotonic())))
     items, complete = await run_in_threadpool(_results, db, created, request, parsed)
     if not complete and request.cancel_unfinished and created is not None:
         await run_in_threadpool(_cancel, db, created.batch.id)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -18,6 +17,7 @@ from service.api import schemas
 from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep
 from service.api.errors import responses
 from service.api.submission_body import REQUEST_BODY, SubmissionBody
+from service.api.verdict_waits import wait_for_verdict
 from service.core.config import Settings
 from service.core.ratelimit import take_token
 from service.db.models import ApiKey
@@ -181,7 +181,9 @@ async def submission_events(submission_id: str, db: DatabaseDep, settings: Setti
             if time.monotonic() - quiet > 15:
                 quiet = time.monotonic()
                 yield ": keep-alive\n\n"
-            await asyncio.sleep(settings.sse_poll_s)
+            # Woken when its verdict (or that of the submission it duplicates) is stored; else the poll.
+            keys = [f"s:{submission_id}"] + ([f"s:{view.duplicate_of}"] if view.duplicate_of else [])
+            await wait_for_verdict(getattr(request.app.state, "verdict_waits", None), keys, settings.sse_poll_s)
             view = await run_in_threadpool(load)
 
     return StreamingResponse(stream(), media_type="text/event-stream",
