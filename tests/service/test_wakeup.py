@@ -142,7 +142,8 @@ def test_a_reward_call_returns_as_soon_as_its_verdicts_are_stored(db: Database, 
         response = slow_poll_client.post("/v1/rewards", json=body, headers={"Authorization": f"Bearer {key}"})
         answer["at"], answer["response"] = time.monotonic(), response
 
-    caller = threading.Thread(target=call)
+    # A daemon: if the wake-up fails, the test fails without this thread (stuck on a closed client) holding exit.
+    caller = threading.Thread(target=call, daemon=True)
     caller.start()
     wait_for(lambda: any(j.state is JobState.QUEUED for j in jobs(db)), HEARD_S, "the reward call's job")
     finished = judge_queued(db, 1)
