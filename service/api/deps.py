@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from reference import Task, UnknownTask, all_tasks, get_task
 from service import crud
+from service.api.verdict_waits import VerdictWaits
 from service.core.config import Settings
 from service.core.security import same_secret
 from service.db.models import ApiKey
@@ -25,8 +26,14 @@ def get_db(request: Request) -> Database:
     return request.app.state.db
 
 
+def get_verdict_waits(request: Request) -> VerdictWaits | None:
+    """None where the app runs without its lifespan (no listener was started): waiters then only poll."""
+    return getattr(request.app.state, "verdict_waits", None)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_db)]
+VerdictWaitsDep = Annotated[VerdictWaits | None, Depends(get_verdict_waits)]
 
 
 def get_read_session(db: DatabaseDep) -> Iterator[Session]:

@@ -68,7 +68,7 @@ class VerdictWaits:
 
 
 async def wait_for_verdict(waits: VerdictWaits | None, keys: Iterable[str], timeout_s: float) -> None:
-    """`waits.wait`, or a plain sleep where the app runs without its lifespan (no listener was started)."""
+    """`waits.wait`, or a plain sleep where the app runs without its lifespan (`deps.get_verdict_waits`)."""
     if waits is None:
         await asyncio.sleep(timeout_s)
     else:

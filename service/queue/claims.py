@@ -193,9 +193,8 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
             session.add(verdict_row(job.submission_id, job.task_id, verdict, worker_id))
             # Event streams and reward calls waiting for this verdict wake at commit (service/queue/wakeup.py).
             wakeup.announce(session, wakeup.DONE, f"s:{job.submission_id}")
-            batch_id = session.scalar(select(Submission.batch_id).where(Submission.id == job.submission_id))
-            if batch_id is not None:
-                wakeup.announce(session, wakeup.DONE, f"b:{batch_id}")
+            if job.submission.batch_id is not None:
+                wakeup.announce(session, wakeup.DONE, f"b:{job.submission.batch_id}")
     except IntegrityError:
         # Unreachable while tokens are respected; the unique submission_id is the last line of defence.
         log.error("job with token %s: a verdict already exists; discarding this one", token)

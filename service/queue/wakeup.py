@@ -36,7 +36,6 @@ from pathlib import Path
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
-from typing_extensions import Self
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +63,16 @@ def announce(session: Session, channel: str = QUEUED, payload: str = "") -> None
     bind = session.get_bind()
     if bind.dialect.name == "postgresql":
         session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
-    elif wake_dir(str(bind.url), channel) is not None:
-        session.info.setdefault(_PENDING, []).append((str(bind.url), channel, payload))
+        return
+    directory = wake_dir(str(bind.url), channel)
+    if directory is not None:
+        session.info.setdefault(_PENDING, []).append((directory, payload))
 
 
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
-    for url, channel, payload in session.info.pop(_PENDING, ()):
-        _tell_sockets(wake_dir(url, channel), payload)
+    for directory, payload in session.info.pop(_PENDING, ()):
+        _tell_sockets(directory, payload)
 
 
 @event.listens_for(Session, "after_rollback")
@@ -79,9 +80,9 @@ def _after_rollback(session: Session) -> None:
     session.info.pop(_PENDING, None)
 
 
-def _tell_sockets(directory: Path | None, payload: str) -> None:
+def _tell_sockets(directory: Path, payload: str) -> None:
     """The payload to every listener's socket; a socket nobody reads any more (its process died) is removed."""
-    if directory is None or not directory.is_dir():
+    if not directory.is_dir():
         return
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
         sender.setblocking(False)
@@ -167,9 +168,3 @@ class Listener:
                 self._path.unlink()
         # Not joined: the thread sees the stop within its 1 s receive timeout and ends on its own (a daemon, its
         # PostgreSQL connection closed by its `with`); waiting for it would add that second to every shutdown.
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

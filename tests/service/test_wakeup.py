@@ -21,6 +21,7 @@ from service import crud
 from service.api.schemas import SubmissionCreate
 from service.batches.schemas import Sample
 from service.batches.store import create_batch
+from service.db.migrate import upgrade
 from service.db.session import Database
 from service.main import create_app
 from service.queue import claims as q
@@ -73,19 +74,24 @@ def test_a_batch_wakes_a_listener(db: Database, listening: threading.Event) -> N
     assert listening.wait(HEARD_S)
 
 
-def test_a_dead_workers_socket_is_removed_and_the_live_one_still_hears(db_url: str, db: Database,
-                                                                         listening: threading.Event) -> None:
-    directory = wakeup.wake_dir(db_url, wakeup.QUEUED)
-    if directory is None:
-        assert db_url.startswith("postgresql")  # PostgreSQL keeps no sockets: nothing to clean
-        return
-    stale = directory / "gone.sock"
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    dead.bind(str(stale))
-    dead.close()  # bound, never unlinked: what a worker killed with SIGKILL leaves
-    submit(db)
-    assert listening.wait(HEARD_S)
-    assert not stale.exists()
+def test_a_dead_workers_socket_is_removed_and_the_live_one_still_hears(tmp_path) -> None:
+    # SQLite only (PostgreSQL keeps no sockets), so on a database of its own rather than the two-backend `db`.
+    url = f"sqlite:///{tmp_path / 'sockets.db'}"
+    upgrade(url)
+    database, wake = Database(url), threading.Event()
+    listener = wakeup.Listener(url, "live", wakeup.QUEUED, lambda _payload: wake.set())
+    try:
+        assert listener.ready.wait(HEARD_S)
+        stale = wakeup.wake_dir(url, wakeup.QUEUED) / "gone.sock"
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        dead.bind(str(stale))
+        dead.close()  # bound, never unlinked: what a worker killed with SIGKILL leaves
+        submit(database)
+        assert wake.wait(HEARD_S)
+        assert not stale.exists()
+    finally:
+        listener.close()
+        database.dispose()
 
 
 def test_an_idle_worker_claims_a_new_submission_long_before_its_poll(db: Database, spawn) -> None:

@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from sandbox.verdict import Status
-from service.api.deps import CurrentKey, DatabaseDep, SettingsDep
+from service.api.deps import CurrentKey, DatabaseDep, SettingsDep, VerdictWaitsDep
 from service.api.routes.batches import check_quota, read_body
 from service.api.verdict_waits import wait_for_verdict
 from service.batches import store
@@ -144,7 +144,8 @@ def _cancel(db: Database, batch_id: str) -> None:
                422: {"description": "Malformed request (individual bad items are not fatal: they get `refused`)."},
                429: {"description": "Batch queue quota exceeded; see Retry-After."}},
 )
-async def create_rewards(http: Request, key: CurrentKey, db: DatabaseDep, settings: SettingsDep) -> RewardsOut:
+async def create_rewards(http: Request, key: CurrentKey, db: DatabaseDep, settings: SettingsDep,
+                         waits: VerdictWaitsDep) -> RewardsOut:
     """For a reward function in TRL, veRL or OpenRLHF: send the group's completions (strings, with `task` as the
     default task, or sample objects), get one scalar reward per completion, in order, with its terms and
     verdict summary. Waits until every completion is judged or `deadline_s` passes (`complete: false`, and
@@ -160,7 +161,7 @@ async def create_rewards(http: Request, key: CurrentKey, db: DatabaseDep, settin
             break
         if await http.is_disconnected():
             break
-        await wait_for_verdict(getattr(http.app.state, "verdict_waits", None), [f"b:{created.batch.id}"],
+        await wait_for_verdict(waits, [f"b:{created.batch.id}"],
                                min(settings.rewards_poll_s, max(0.0, deadline - time.monotonic())))
     items, complete = await run_in_threadpool(_results, db, created, request, parsed)
     if not complete and request.cancel_unfinished and created is not None:

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from sandbox.verdict import Status
 from service import crud
 from service.api import schemas
-from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep
+from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep, VerdictWaitsDep
 from service.api.errors import responses
 from service.api.submission_body import REQUEST_BODY, SubmissionBody
 from service.api.verdict_waits import wait_for_verdict
@@ -157,7 +157,7 @@ def _sse(event: str, data: str) -> str:
                      "`event: status` with the SubmissionOut JSON at every change; the last one has status `done` "
                      "and the verdict, then the stream ends."}},
 )
-async def submission_events(submission_id: str, db: DatabaseDep, settings: SettingsDep,
+async def submission_events(submission_id: str, db: DatabaseDep, settings: SettingsDep, waits: VerdictWaitsDep,
                             request: Request) -> StreamingResponse:
     def load() -> schemas.SubmissionOut | None:
         with db.transaction(read_only=True) as session:
@@ -183,7 +183,7 @@ async def submission_events(submission_id: str, db: DatabaseDep, settings: Setti
                 yield ": keep-alive\n\n"
             # Woken when its verdict (or that of the submission it duplicates) is stored; else the poll.
             keys = [f"s:{submission_id}"] + ([f"s:{view.duplicate_of}"] if view.duplicate_of else [])
-            await wait_for_verdict(getattr(request.app.state, "verdict_waits", None), keys, settings.sse_poll_s)
+            await wait_for_verdict(waits, keys, settings.sse_poll_s)
             view = await run_in_threadpool(load)
 
     return StreamingResponse(stream(), media_type="text/event-stream",
