@@ -85,7 +85,8 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
         "JUDGE_CHILD_THREADS": str(config.child_threads),
         "TRITON_CACHE_DIR": f"{paths.build}/triton",
     }
-    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING"):
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING",
+                 "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/timing.py LEAD_MS, overridden to measure it
         if name in os.environ:
             env[name] = os.environ[name]
     env.update(extra or {})

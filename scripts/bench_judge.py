@@ -67,7 +67,31 @@ def row_of(verdict: Verdict, mode: str, wall_s: float, acquire_s: float) -> dict
             "stages": {s: verdict.stages.get(s, 0.0) for s in (*DEVICE_STAGES, *OFF_CLOCK, "device_gate_wait")},
             "pre_started": cost.get("pre_started"),
             "median_ms": verdict.performance.candidate.median_ms if verdict.performance else None,
+            "timing": {k: v for k, v in verdict.details.get("timing", {}).items() if k in TIMING_KEPT},
             "diagnosis": verdict.diagnosis[:300]}
+
+
+TIMING_KEPT = ("batch_size", "timed_batches", "timed_calls", "planned_calls", "claims_ms", "batch_claims_ms",
+               "hidden_work", "hidden_work_batches", "host_over_events")
+"""What a verdict's timing details say of the timing stage itself: how many batches it took, each call's time
+by its place in the batch (the first call's lag), and which batches the host clock decided."""
+
+
+def first_call_lag(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Median of each batch's first call over the median of its other calls, and how many runs stopped early."""
+    ratios, stopped, hidden = [], 0, 0
+    for r in rows:
+        t = r.get("timing") or {}
+        size, claims = t.get("batch_size", 0), t.get("claims_ms", [])
+        if size < 2 or not claims:
+            continue
+        firsts, rest = claims[::size], [c for i, c in enumerate(claims) if i % size]
+        ratios.append(statistics.median(firsts) / statistics.median(rest))
+        stopped += t["timed_calls"] < t["planned_calls"]
+        hidden += bool(t["hidden_work"])
+    if not ratios:
+        return None
+    return {"first_over_rest": spread(ratios), "stopped_early": stopped, "host_clocked": hidden, "runs": len(ratios)}
 
 
 def judge_cold(prepared: PreparedCandidate, device: str, config: JudgeConfig, n: int) -> list[dict[str, Any]]:
@@ -104,6 +128,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "stages_median_s": {s: statistics.median(r["stages"][s] for r in rows)
                             for s in (*DEVICE_STAGES, *OFF_CLOCK, "device_gate_wait")},
     }
+    lag = first_call_lag(rows)
+    if lag:
+        out["timing"] = lag
     pre = [r["pre_started"] for r in rows if r["pre_started"]]
     if pre:
         out["pre_start_median_s"] = {k: statistics.median(p[k] for p in pre)
@@ -122,6 +149,13 @@ def print_table(results: list[dict[str, Any]]) -> None:
         print(f"{r['candidate'][:34]:<34} {r['mode']:<5} {','.join(s['statuses'])[:10]:<10} {stages} "
               f"{held['median']:>8.3f} {held['min']:>6.2f}-{held['max']:<6.2f} {held['q25']:>6.2f}-{held['q75']:<6.2f} "
               f"{s['per_candidate_s']['median']:>8.2f}")
+    print()
+    for r in results:
+        lag = r["summary"].get("timing")
+        if lag:
+            print(f"  {r['candidate'][:34]:<34} timing: first call / rest of its batch {lag['first_over_rest']['median']:.4f} "
+                  f"(min {lag['first_over_rest']['min']:.4f}, max {lag['first_over_rest']['max']:.4f}); stopped early in "
+                  f"{lag['stopped_early']} of {lag['runs']} runs; host-clocked in {lag['host_clocked']}")
     print()
     print("warm: paid off the device's clock per candidate (median s): host = bubblewrap + Python + import torch; "
           "device = context, tripwires, clock; calibration = empty timed calls; acquire = waited for a spare")

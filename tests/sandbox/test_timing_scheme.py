@@ -21,6 +21,7 @@ import torch
 
 from sandbox import Status, judge
 from sandbox import protocol as msg
+from sandbox import timing
 from sandbox.timing import DeviceClock, time_batch
 from sandbox.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
@@ -239,3 +240,59 @@ def test_a_batch_is_claimed_by_its_mean_so_work_moved_between_its_calls_still_co
     assert batch.times_ms[0] > 20 * max(batch.times_ms[1:]), batch.times_ms
     assert batch.mean_ms == pytest.approx(sum(batch.times_ms) / 4)
     assert batch.mean_ms > 5 * statistics.median(batch.times_ms), "the median would have hidden the work"
+
+
+def _gpu_stand_ins(monkeypatch, log: list) -> None:
+    """No GPU here: the CUDA primitives `time_cuda_batch` calls become stand-ins that log what the batch queues
+    (each event reads 1 ms, each flush 0.09 ms)."""
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.at = -1
+
+    def record(event: Event) -> None:
+        event.at = len(log)
+        log.append("event")
+
+    def elapsed(start: Event, end: Event) -> float:
+        return 0.09 if log[start.at + 1:end.at] == ["flush"] else 1.0
+
+    monkeypatch.setattr(timing, "_Event", Event)
+    monkeypatch.setattr(timing, "_record", record)
+    monkeypatch.setattr(timing, "_elapsed_time", elapsed)
+    monkeypatch.setattr(timing, "_cuda_synchronize", lambda device: log.append("sync"))
+
+
+def _gpu_clock(monkeypatch, log: list, **kwargs) -> DeviceClock:
+    _gpu_stand_ins(monkeypatch, log)
+    clock = DeviceClock(torch.device("cpu"), **kwargs)
+    clock.is_cuda = True
+    monkeypatch.setattr(clock, "flush", lambda: log.append("flush"))
+    clock.calibrate(reps=3)
+    log.clear()
+    return clock
+
+
+def test_a_gpu_batch_queues_its_lead_before_the_first_call_and_does_not_time_it(monkeypatch) -> None:
+    """The lead (timing.LEAD_MS of flushes) goes ahead of the first call's own flush, outside every event pair,
+    and the host clock's share of the batch leaves it out as it leaves out the calls' flushes."""
+    log: list = []
+    clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
+    assert clock.flush_ms == pytest.approx(0.09) and clock.lead_flushes == 6, "ceil(0.5 / 0.09) whole flushes"
+    calls = [lambda i=i: log.append(f"call {i}") for i in range(3)]
+    batch = timing.time_cuda_batch(clock, calls)
+    per_call = ["flush", "event", "call {}", "event"]
+    expected = ["sync", *["flush"] * 6, *[step.format(i) for i in range(3) for step in per_call], "sync"]
+    assert log == expected
+    assert batch.events_ms == [1.0, 1.0, 1.0] and not batch.hidden_work and batch.times_ms == [1.0] * 3
+    assert batch.host_ms == 0.0, "nine flushes of 0.09 ms came off a host time far smaller than them"
+
+
+def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> None:
+    log: list = []
+    monkeypatch.setenv("JUDGE_TIMING_LEAD_MS", "0")
+    clock = _gpu_clock(monkeypatch, log)
+    assert clock.lead_ms == 0 and clock.lead_flushes == 0
+    timing.time_cuda_batch(clock, [lambda: log.append("call")])
+    assert log == ["sync", "flush", "event", "call", "event", "sync"]
+    monkeypatch.delenv("JUDGE_TIMING_LEAD_MS")
+    assert DeviceClock(torch.device("cpu")).lead_ms == timing.LEAD_MS
