@@ -10,15 +10,16 @@ set, runs back to back between two device-wide synchronisations (`time_batch`):
   an end event; one device-wide synchronisation after the last call. The device never waits for the
   host: while it flushes or runs one call, the host is already launching the next, so launch latency is
   not timed (measured on an H100, 2026-11-23: a lone call between synchronisations read 4-90% slower
-  than the same kernel queued, docs/benchmarks.md).
+  than the same kernel queued, docs/benchmarks.md). Events on the current stream are precise but blind
+  to work on another stream or thread; the host clock across the batch, ended by a device-wide
+  synchronisation, sees all of it. When the host saw clearly more than the events (`HIDDEN_WORK_RATIO`),
+  each call's time is the host's share.
 - The lead (`LEAD_MS` of flushes, untimed, before the first call's own flush): without it the first call
   of a batch had only its own flush (~0.09 ms on an H100) to cover the host's launch of that call, and
   read ~2.5% slower than the rest of its batch on kl_div_fast, with 3-4x their spread (H100, 2026-11-25,
   docs/benchmarks.md): with three calls a batch, that first call's noise decided when the timing could
   stop. The lead is more of the flush itself: a kernel on every SM that saturates the memory bus, so work
-  hidden under it (a native thread's) slows it, which the host clock sees like any hidden work. Events on the current stream are precise but blind to work on another stream or
-  thread; the host clock across the batch, ended by a device-wide synchronisation, sees all of it. When
-  the host saw clearly more than the events (`HIDDEN_WORK_RATIO`), each call's time is the host's share.
+  hidden under it (a native thread's) slows it, which the host clock sees like any hidden work.
 
 The batch's claim is the mean of its calls, not the median: the calls of a batch are all armed before
 the first runs, so a candidate could find every input set and do the whole batch's work in its first

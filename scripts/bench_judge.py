@@ -153,9 +153,10 @@ def print_table(results: list[dict[str, Any]]) -> None:
     for r in results:
         lag = r["summary"].get("timing")
         if lag:
-            print(f"  {r['candidate'][:34]:<34} timing: first call / rest of its batch {lag['first_over_rest']['median']:.4f} "
-                  f"(min {lag['first_over_rest']['min']:.4f}, max {lag['first_over_rest']['max']:.4f}); stopped early in "
-                  f"{lag['stopped_early']} of {lag['runs']} runs; host-clocked in {lag['host_clocked']}")
+            ratio = lag["first_over_rest"]
+            print(f"  {r['candidate'][:34]:<34} timing: first call / rest of its batch {ratio['median']:.4f} "
+                  f"(min {ratio['min']:.4f}, max {ratio['max']:.4f}); stopped early in {lag['stopped_early']} of "
+                  f"{lag['runs']} runs; host-clocked in {lag['host_clocked']}")
     print()
     print("warm: paid off the device's clock per candidate (median s): host = bubblewrap + Python + import torch; "
           "device = context, tripwires, clock; calibration = empty timed calls; acquire = waited for a spare")

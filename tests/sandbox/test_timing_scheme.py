@@ -262,7 +262,7 @@ def _gpu_stand_ins(monkeypatch, log: list) -> None:
     monkeypatch.setattr(timing, "_cuda_synchronize", lambda device: log.append("sync"))
 
 
-def _gpu_clock(monkeypatch, log: list, **kwargs) -> DeviceClock:
+def _gpu_clock(monkeypatch, log: list, **kwargs: float) -> DeviceClock:
     _gpu_stand_ins(monkeypatch, log)
     clock = DeviceClock(torch.device("cpu"), **kwargs)
     clock.is_cuda = True
