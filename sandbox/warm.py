@@ -47,7 +47,8 @@ a task switch before it costs nothing); asked for another task, ready spares are
 started for the new task, and that wait is reported (`acquire_wait_s` in the verdict's cost).
 
 Each device's spares are started by that device's starter threads, one per spare, so that the CPU-only
-starts (3-5 s on the H100's host) overlap each other and the device phases follow one another through the
+starts (2.9-3.5 s on the H100's host, three or six at once, once its modules had bytecode caches: without
+them 8-11 s, sandbox/bytecode.py) overlap each other and the device phases follow one another through the
 gate: with one starter, a spare came every ~9 s and capped a device near 400 candidates an hour. A starter
 lives until `close`: bubblewrap's --die-with-parent fires when the *thread* that started it exits
 (sandbox/isolation.py). `close` kills every child the pool started, handed out or not.
@@ -72,6 +73,7 @@ import torch
 from typing_extensions import Self
 
 from reference import get_task
+from sandbox import bytecode
 from sandbox import protocol as msg
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
@@ -268,6 +270,7 @@ class WarmPool:
         """`task_id`: the task to begin the first spares for (else the first `acquire` names it).
         `precalibrate`: run the calibration on the spare (else `execute` runs it, on the candidate's clock)."""
         self.config = config or JudgeConfig()
+        _warn_if_uncached()
         self.spares = max(1, spares)
         self.max_age_s = max_age_s
         self.precalibrate = precalibrate
@@ -505,6 +508,14 @@ class WarmPool:
                 self._handed.discard(session)
                 slot.in_flight -= 1
             self._cond.notify_all()
+
+
+@functools.cache
+def _warn_if_uncached() -> None:
+    """Once per process: a deployment without bytecode caches makes every spare's start ~2.5x slower."""
+    missing = bytecode.missing_caches()
+    if missing:
+        log.warning("%s", bytecode.advice(missing))
 
 
 def _expect(session: ChildSession, model: type[R], timeout_s: float) -> R:

@@ -16,8 +16,8 @@
 # study), e2e (the service end to end, each fast kernel submitted three times: resubmissions of an identical source), judge-one (warm, one spare), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
 # (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds),
 # spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/measure_spare_overlap.py),
-# judge-nolead (the correct fast kernels without the timing lead), spare-start and spare-start-after (where a
-# spare's CPU-only start goes: scripts/measure_spare_start.py), bytecode (compileall of what the child imports).
+# judge-nolead (the correct fast kernels without the timing lead), spare-start (where a spare's CPU-only start
+# goes: scripts/measure_spare_start.py; scripts/device_env.sh has compiled the bytecode caches by then).
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
 SESSION=/tmp/session
@@ -71,7 +71,7 @@ run_stages() {
         nice -n 19 python3 scripts/kernelbench_side_by_side.py --build-only --work "$SESSION/kb" "${SIDE_BY_SIDE[@]}" \
             > "$out/prebuild-kernelbench.log" 2>&1 &
     fi
-    if [[ " $* " == *" independent "* && " $* " != *" spare-start "* ]]; then  # (not beside the start measurement)
+    if [[ " $* " == *" independent "* && " $* " != *" spare-start "* && -z "${NO_PREBUILD:-}" ]]; then  # (not beside measurements)
         nice -n 19 python3 scripts/independent_timing.py --build-only "${HONEST[@]}" > "$out/prebuild-independent.log" 2>&1 &
     fi
     for name in "$@"; do
@@ -113,12 +113,6 @@ run_stages() {
             spare-start)  # where a spare's CPU-only start goes (bytecode caches, sandbox, imports, contention)
                 stage spare-start python3 scripts/measure_spare_start.py --device cuda:0 --alone 2 --together 3 6 \
                     --json "$out/spare-start/spare-start.json" ;;
-            bytecode)  # compile every module the child can import ahead of time (it runs with -B, read-only)
-                stage bytecode bash -c 'python3 -m compileall -q -j 0 $(python3 -c "import site; print(*site.getsitepackages())") \
-                    ${PYTHONPATH//:/ } > /dev/null; echo rc=$?' ;;
-            spare-start-after)
-                stage spare-start-after python3 scripts/measure_spare_start.py --device cuda:0 --alone 2 --together 3 6 \
-                    --json "$out/spare-start-after/spare-start.json" ;;
             judge-ctx)  # the same warm runs with the spares' device context created at their start
                 stage judge-ctx env JUDGE_SPARE_CONTEXT_AT_START=1 python3 scripts/bench_judge.py --device cuda:0 -n 10 \
                     --modes warm --build-root /tmp/judge --json "$out/judge-ctx/bench-judge-warm-ctx.json" ;;

@@ -62,7 +62,9 @@ def test_a_warm_child_judges_as_a_cold_start_does(path: Path, expected: Status, 
 
     assert cold.status is expected, cold.diagnosis
     assert warm.status is expected, warm.diagnosis
-    assert len(warm.trials) == len(cold.trials) and [t.passed for t in warm.trials] == [t.passed for t in cold.trials]
+    # The same trials, each on its own fresh seed (which trials an incorrect candidate passes can depend on the
+    # seed: kl_div_wrong_direction is close on some official draws).
+    assert [t.distribution for t in warm.trials] == [t.distribution for t in cold.trials]
     # The start was paid before the hand-over, and the verdict says so; the cold start's is on its clock.
     assert warm.details["cost"]["pre_started"]["host_s"] > 0
     assert warm.stages["pre_start"] > 0 and warm.stages["start"] < 0.5 < cold.stages["start"]
