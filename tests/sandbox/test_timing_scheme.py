@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from sandbox import Status, judge
+from sandbox.execute import TimedCall, host_decided
 from sandbox import protocol as msg
 from sandbox import timing
 from sandbox.timing import DeviceClock, time_batch
@@ -296,3 +297,16 @@ def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> N
     assert log == ["sync", "flush", "event", "call", "event", "sync"]
     monkeypatch.delenv("JUDGE_TIMING_LEAD_MS")
     assert DeviceClock(torch.device("cpu")).lead_ms == timing.LEAD_MS
+
+
+def test_hidden_work_is_reported_when_the_host_clock_decided_the_median() -> None:
+    """A flagged batch is claimed by the host clock whatever the verdict says; the verdict reports hidden work
+    when most batches were (c4_side_stream on the H100: all 26), not for one host stall in seven (honest
+    cross_entropy_fast, 2026-11-25)."""
+    def batches(flags: str) -> list[TimedCall]:
+        return [TimedCall("planted", 0.2, 0.3, 0.25, flag == "h", 8) for flag in flags]
+
+    assert not host_decided(batches("..h...."))
+    assert not host_decided(batches("hh.."))
+    assert host_decided(batches("hh.h."))
+    assert host_decided(batches("h" * 26))
