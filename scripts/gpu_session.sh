@@ -112,8 +112,8 @@ run_stages() {
                     tests/corpus/cuda/kl_div_fast.py tests/corpus/cuda/cross_entropy_fast.py ;;
             timeline)  # the service judging the CUDA corpus on one GPU with every build waiting: the GPU-busy timeline
                 stage timeline-build python3 scripts/bench_multi_device.py run --devices cuda:0 --mode compile-only \
-                    --replicas 0 --exclude hang.py --warm --out "$out/timeline-build"
-                stage timeline python3 scripts/bench_multi_device.py run --devices cuda:0 --replicas 0 --exclude hang.py \
+                    --replicas 0 --min-candidates 30 --exclude hang.py --warm --out "$out/timeline-build"
+                stage timeline python3 scripts/bench_multi_device.py run --devices cuda:0 --replicas 0 --min-candidates 30 --exclude hang.py \
                     --warm --timeout 900 --out "$out/timeline" ;;
             spare-start)  # where a spare's CPU-only start goes (bytecode caches, sandbox, imports, contention)
                 stage spare-start python3 scripts/measure_spare_start.py --device cuda:0 --alone 2 --together 3 6 \
