@@ -513,8 +513,14 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
     config = config or JudgeConfig()
     task = get_task(prepared.task_id)
     if child is not None and (child.task_id != task.id.value or child.device != device):
-        child.discard()
-        child = None
+        # Judged by a child started here instead. The unfit one's process ends now, but its pool hears of its end
+        # only after this candidate: on the CPU the pool starts no spare beside a candidate in flight, and a start
+        # beside a cold candidate's timing once pushed an honest one under the timing bound on 2 cores.
+        child.session.kill()
+        try:
+            return execute(prepared, device, config=config)
+        finally:
+            child.discard()
     is_cuda = torch.device(device).type == "cuda"
     kind: type[Execution] = Execution
     if task.training is not None:  # forward + backward, the gradient checked too (sandbox/training.py)
