@@ -20,7 +20,6 @@ splits that figure:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -35,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox import isolation, protocol as msg  # noqa: E402
+from sandbox import bytecode, isolation, protocol as msg  # noqa: E402
 from sandbox.config import JudgeConfig  # noqa: E402
 from sandbox.supervisor import ChildPaths, ChildSession, child_env, code_binds  # noqa: E402
 
@@ -45,14 +44,11 @@ PACKAGES = ("torch", "pydantic", "pydantic_core", "numpy", "sympy", "sandbox", "
 
 def bytecode_coverage(package: str) -> dict[str, object]:
     """Share of the package's modules with a cached .pyc next to them (what `-B` can still read)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    found = bytecode.coverage(package)
+    if found is None:
         return {"package": package, "found": False}
-    root = Path(list(spec.submodule_search_locations)[0])
-    sources = [p for p in root.rglob("*.py")]
-    cached = sum(1 for p in sources if Path(importlib.util.cache_from_source(str(p))).exists())
-    return {"package": package, "root": str(root), "modules": len(sources), "cached": cached,
-            "share": round(cached / len(sources), 3) if sources else None}
+    return {"package": package, "root": str(found.root), "modules": found.modules, "cached": found.cached,
+            "share": round(found.share, 3)}
 
 
 def timed_run(argv: list[str], env: dict[str, str]) -> float:
