@@ -302,8 +302,8 @@ class Execution:
             # batch in several is a host that fell behind the device once (on the H100, 2026-11-25: honest
             # cross_entropy_fast, 1 batch of 7 at 1.37x, the others 1.07-1.11x), not a finding to report.
             "hidden_work": host_decided(timed),
-            # Which batches the host clock decided, and host over events for each: a host that fell behind
-            # the device once (a stall of ~0.4 ms) and work the events do not see look different here.
+            # Which batches the host clock decided, and host over events for each (a stall: one batch a little
+            # over; hidden work: every batch far over).
             "hidden_work_batches": [i for i, b in enumerate(timed) if b.hidden_work],
             "host_over_events": [round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed],
         }
