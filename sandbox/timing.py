@@ -19,7 +19,7 @@ set, runs back to back between two device-wide synchronisations (`time_batch`):
   read ~2.5% slower than the rest of its batch on kl_div_fast, with 3-4x their spread (H100, 2026-11-25,
   docs/benchmarks.md): with three calls a batch, that first call's noise decided when the timing could
   stop. With the lead, 1.0014 of the rest on the same kernels, and timing stopped early in 20 of 20 runs
-  (5 of 12 without). The lead is more of the flush itself: a kernel on every SM that saturates the memory bus, so work
+  (6 of 12 without). The lead is more of the flush itself: a kernel on every SM that saturates the memory bus, so work
   hidden under it (a native thread's) slows it, which the host clock sees like any hidden work.
 
 The batch's claim is the mean of its calls, not the median: the calls of a batch are all armed before
