@@ -544,10 +544,11 @@ def serve(child: Child, cmd_fd: int) -> None:
 def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
-    if os.environ.get("JUDGE_BUILD_ACCEL"):  # the judge's read-only precompiled header (sandbox/build_hooks.py)
+    accel, slim = os.environ.get("JUDGE_BUILD_ACCEL"), os.environ.get("JUDGE_SLIM_HEADERS") == "1"
+    if accel or slim:  # the judge's faster builds: a precompiled header, slim headers (sandbox/build_hooks.py)
         from sandbox import build_hooks
 
-        build_hooks.install(os.environ["JUDGE_BUILD_ACCEL"])
+        build_hooks.install(accel, slim_headers=slim)
     tripwires = Tripwires(task.forbidden_aten_ops)
     started = time.monotonic()
     try:

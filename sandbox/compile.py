@@ -4,7 +4,8 @@ The build runs inside the isolated child (`python -m sandbox.child compile`): im
 what triggers `load_inline`, and that import is candidate code. The parent only chooses the directory,
 holds a lock so concurrent identical submissions build once, enforces the time limit, and turns the
 compiler's output into a diagnosis that leads with the error lines. It also offers the build the judge's
-shared precompiled torch/extension.h (`accelerators`, sandbox/build_accel.py), read-only.
+accelerators (`accelerators`): the shared precompiled torch/extension.h (sandbox/build_accel.py), read-only,
+and for CUDA the slim torch headers for the .cu (sandbox/slim_headers.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,23 +76,51 @@ def toolchain(target: str) -> str:
 
 
 def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[str, str], dict[Path, str]]:
-    """(environment, read-only binds) that offer a build child the shared precompiled headers.
+    """(environment, read-only binds) that make a build child's compile faster, nothing else.
 
-    Builds the variants the source will probably need first, once per host (see sandbox/build_accel.py).
-    Nothing here can fail a build: without a usable PCH the child compiles as torch would on its own."""
+    The shared precompiled headers (sandbox/build_accel.py), built first for the variants the source will
+    probably need, once per host; and, for CUDA, the slim headers for the .cu (sandbox/slim_headers.py),
+    which the child writes itself, and nvcc's two front ends side by side (sandbox/nvcc_split.py), bound over
+    nvcc in the child's sandbox. Nothing here can fail a build: without them the child compiles as torch
+    would on its own."""
+    from sandbox import isolation
+
+    env: dict[str, str] = {"JUDGE_SLIM_HEADERS": "1"} if config.slim_headers and target == "cuda" else {}
+    binds: dict[Path, str] = {}
+    mechanism = isolation.available_mechanism(config.isolation)
+    if target == "cuda" and config.split_nvcc and mechanism == "bwrap":
+        binds.update(_split_nvcc_binds(config.cache_root))
     if not config.precompiled_headers:
-        return {}, {}
-    from sandbox import build_accel, isolation
+        return env, binds
+    from sandbox import build_accel
 
     try:
         root = build_accel.prepare(config.cache_root, target, source)
     except OSError:  # a full or read-only cache disk: build without
-        return {}, {}
+        return env, binds
     if root is None:
-        return {}, {}
-    mechanism = isolation.available_mechanism(config.isolation)
-    binds = {root: build_accel.CHILD_MOUNT} if mechanism == "bwrap" else {}
-    return {"JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism)}, binds
+        return env, binds
+    if mechanism == "bwrap":
+        binds[root] = build_accel.CHILD_MOUNT
+    return {**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism)}, binds
+
+
+def _split_nvcc_binds(cache_root: Path) -> dict[Path, str]:
+    """The binds that put sandbox/nvcc_split.py in the place of the nvcc torch will run; none if there is none."""
+    from torch.utils import cpp_extension
+
+    from sandbox import nvcc_split
+
+    if not cpp_extension.CUDA_HOME:
+        return {}
+    nvcc = Path(cpp_extension.CUDA_HOME) / "bin" / "nvcc"
+    if not nvcc.is_file():
+        return {}
+    try:
+        driver = nvcc_split.install(cache_root, sys.executable)
+    except OSError:  # a full or read-only cache disk: nvcc as it is
+        return {}
+    return nvcc_split.sandbox_binds(driver, nvcc)
 
 
 def build_key(source: str, chain: str) -> str:

@@ -55,6 +55,14 @@ class JudgeConfig:
     precompiled_headers: bool = os.environ.get("JUDGE_PRECOMPILED_HEADERS", "1") != "0"
     """Offer builds a precompiled torch/extension.h (sandbox/build_accel.py): ~3x less g++ time for main.cpp,
     same object code. Built once per host under cache_root, on first need."""
+    slim_headers: bool = os.environ.get("JUDGE_SLIM_HEADERS", "1") != "0"
+    """Compile a CUDA candidate's .cu against slim torch headers first (sandbox/slim_headers.py): ~3.5x less
+    nvcc time for a typical candidate; a .cu that needs the full headers is built again with them."""
+    split_nvcc: bool = os.environ.get("JUDGE_SPLIT_NVCC", "0") == "1"
+    """Compile a .cu with nvcc's host and device front ends side by side (sandbox/nvcc_split.py): the same
+    steps and outputs, the .cu's nvcc 27% faster alone (16.2 to 11.9 s, 2 cores). Off by default: with 8
+    builds at once on the H100's 16 cores the second lane slowed main.cpp, the longer step, and the p50 build
+    went from 26.2 to 30.4 s (docs/benchmarks.md). Only under bubblewrap, which puts the driver in nvcc's place."""
     child_threads: int = int(os.environ.get("JUDGE_CHILD_THREADS", "1"))
     """CPU threads for torch in the child and for the CPU baselines, so both are timed alike."""
     spare_context_at_start: bool = os.environ.get("JUDGE_SPARE_CONTEXT_AT_START", "0") != "0"

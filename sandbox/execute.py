@@ -552,7 +552,7 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
     # A private copy: what the candidate writes while running cannot change its cached build.
     shutil.copytree(prepared.build_dir, work_dir, dirs_exist_ok=True, symlinks=True)
     fields: dict[str, Any] = {}
-    details: dict[str, Any] = {}
+    details: dict[str, Any] = {"build_advice": prepared.build_advice} if prepared.build_advice else {}
     status, diagnosis = Status.CORRECT, ""
     phase = "starting the sandbox"
     held = time.monotonic()

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from reference import Task, get_task
+from sandbox import build_advice
 from sandbox import compile as build
 from sandbox import isolation
 from sandbox import protocol as msg
@@ -48,6 +49,8 @@ class PreparedCandidate:
     stages: dict[str, float] = field(default_factory=dict)
     compile_log: str = ""
     compile_cached: bool = False
+    build_advice: str | None = None
+    """How to make this candidate's build fast, when its .cu needed torch's full headers (sandbox/build_advice.py)."""
 
 
 def _sha256(text: str) -> str:
@@ -130,7 +133,8 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
                         details={"stage": "compile", "errors": errors}, **fields)
     return PreparedCandidate(task_id=task.id.value, source=source, source_sha256=sha, build_key=key,
                              build_dir=build_dir, toolchain=chain, target=target, imports=report.imports,
-                             stages=stages, compile_log=log, compile_cached=result.cached)
+                             stages=stages, compile_log=log, compile_cached=result.cached,
+                             build_advice=build_advice.advice(result.log, result.seconds))
 
 
 def _run_build(task: Task, build_dir: Path, target: str, config: JudgeConfig) -> build.BuildResult:

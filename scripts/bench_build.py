@@ -6,8 +6,15 @@ g++/nvcc). Runs each mode on a fresh build directory and prints per-build wall s
 and the total:
 
     without   torch's plain load_inline build
-    with      the judge's build accelerators (the shared precompiled torch/extension.h); the one-time
-              PCH build of the variants the candidate needs is timed separately, before the builds
+    with      the shared precompiled torch/extension.h for main.cpp; the one-time PCH build of the
+              variants the candidate needs is timed separately, before the builds
+    slim      that PCH, and for CUDA the .cu compiled against slim torch headers (sandbox/slim_headers.py);
+              each build says whether its .cu built slim or fell back
+    split     the judge's default: slim, and nvcc's two front ends side by side (sandbox/nvcc_split.py,
+              under bubblewrap only)
+
+Each build's steps come from ninja's log (the .cu object, main.cpp, the link, what lies outside ninja) and,
+for a split .cu, the two lanes and the host compile.
 
     .venv/bin/python scripts/bench_build.py --target cpu -n 4 -p 2          # the development machine
     python scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2         # the H100 machine (16 cores)
@@ -26,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox import build_accel  # noqa: E402
+from sandbox import build_accel, nvcc_split  # noqa: E402
 from sandbox.config import JudgeConfig  # noqa: E402
 from sandbox.pipeline import PreparedCandidate, prepare  # noqa: E402
 
@@ -50,14 +58,42 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def ninja_steps(build_dir: Path) -> dict:
+    """Seconds of each step of one build, from the `.ninja_log` of its extension (start and end in ms): the
+    `.cu` object, main.cpp's, the link, ninja's whole span; outside_ninja is filled in by the caller."""
+    steps: dict = {}
+    for log in build_dir.rglob(".ninja_log"):
+        rows = [line.split("\t") for line in log.read_text().splitlines() if line and not line.startswith("#")]
+        rows = [(int(r[0]), int(r[1]), r[3]) for r in rows if len(r) >= 4]
+        for start, end, output in rows:
+            step = "cu" if output.endswith(".cuda.o") else "link" if output.endswith(".so") else "cpp"
+            steps[step] = round(steps.get(step, 0.0) + (end - start) / 1000, 2)
+        if rows:
+            span = (max(r[1] for r in rows) - min(r[0] for r in rows)) / 1000
+            steps["ninja"] = round(steps.get("ninja", 0.0) + span, 2)
+    for record in build_dir.rglob(f"*{nvcc_split.RECORD_SUFFIX}"):  # the .cu went through sandbox/nvcc_split.py
+        split = json.loads(record.read_text())
+        steps["split"] = True
+        for key in ("host_s", "device_s", "compile_s"):
+            steps[f"split_{key}"] = split.get(key)
+    return steps
+
+
 def run_mode(name: str, sources: list[str], task: str, target: str, parallel: int, config: JudgeConfig) -> dict:
     def one(source: str) -> dict:
         started = time.monotonic()
         result = prepare(task, source, target=target, config=config)
         wall = time.monotonic() - started
         ok = isinstance(result, PreparedCandidate)
-        return {"wall_s": round(wall, 2), "ok": ok, "cached": ok and result.compile_cached,
-                "status": None if ok else str(result.status), "diagnosis": None if ok else result.diagnosis[:300]}
+        log = result.compile_log if ok else ""
+        headers = "slim" if "built against the slim torch headers" in log else (
+            "full (fallback)" if "needs torch's full headers" in log else "full")
+        steps = ninja_steps(config.build_root / result.build_key) if ok else {}
+        if "ninja" in steps:
+            steps["outside_ninja"] = round(wall - steps["ninja"], 2)
+        return {"wall_s": round(wall, 2), "ok": ok, "cached": ok and result.compile_cached, "cu_headers": headers,
+                "steps": steps, "status": None if ok else str(result.status),
+                "diagnosis": None if ok else result.diagnosis[:300]}
 
     started = time.monotonic()
     with ThreadPoolExecutor(parallel) as pool:
@@ -66,9 +102,20 @@ def run_mode(name: str, sources: list[str], task: str, target: str, parallel: in
     walls = [r["wall_s"] for r in results]
     summary = {"mode": name, "builds": len(results), "parallel": parallel, "ok": sum(r["ok"] for r in results),
                "p50_s": round(statistics.median(walls), 1), "p90_s": round(percentile(walls, 0.9), 1),
-               "max_s": round(max(walls), 1), "total_s": round(total, 1), "per_build": results}
+               "max_s": round(max(walls), 1), "total_s": round(total, 1),
+               "cu_headers": dict(Counter(r["cu_headers"] for r in results)), "per_build": results}
+    summary["split_nvcc"] = sum(bool(r.get("steps", {}).get("split")) for r in results)
+    for step in ("cu", "cpp", "link", "ninja", "outside_ninja", "split_host_s", "split_device_s", "split_compile_s"):
+        values = [r["steps"][step] for r in results if r.get("steps", {}).get(step) is not None]
+        if values:
+            summary[f"{step}_p50_s"] = round(statistics.median(values), 1)
     print(f"{name:8s} builds={len(results)} parallel={parallel} ok={summary['ok']}  p50={summary['p50_s']:.1f} s  "
-          f"p90={summary['p90_s']:.1f} s  max={summary['max_s']:.1f} s  total={summary['total_s']:.1f} s", flush=True)
+          f"p90={summary['p90_s']:.1f} s  max={summary['max_s']:.1f} s  total={summary['total_s']:.1f} s  "
+          f".cu headers {summary['cu_headers']}", flush=True)
+    print("         p50 of the steps (ninja's log): " + ", ".join(
+        f"{step} {summary[f'{step}_p50_s']:.1f} s" for step in ("cu", "cpp", "link", "ninja", "outside_ninja",
+                                                              "split_host_s", "split_device_s", "split_compile_s")
+        if f"{step}_p50_s" in summary) + f"; .cu split in two lanes: {summary['split_nvcc']}", flush=True)
     for r in results:
         if not r["ok"]:
             print(f"  failed: {r['status']}: {r['diagnosis']}", flush=True)
@@ -83,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", type=int, default=4, help="distinct copies per mode")
     parser.add_argument("-p", type=int, default=2, help="builds at once")
     parser.add_argument("--jobs", type=int, help="ninja -j inside one build (JudgeConfig.compile_jobs)")
-    parser.add_argument("--modes", default="without,with", help="comma-separated: without, with")
+    parser.add_argument("--modes", default="without,with,slim,split",
+                        help="comma-separated: without, with, slim, split")
     parser.add_argument("--root", type=Path, help="where build and cache roots go (default: a new temp dir)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args(argv)
@@ -103,8 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     for mode in args.modes.split(","):
         build_root = root / f"builds-{mode}"
         cache_root = root / "cache"
-        config = replace(base, build_root=build_root, cache_root=cache_root, precompiled_headers=mode == "with")
-        if mode == "with":
+        config = replace(base, build_root=build_root, cache_root=cache_root, precompiled_headers=mode != "without",
+                         slim_headers=mode in ("slim", "split"), split_nvcc=mode == "split")
+        if mode != "without":
             started = time.monotonic()
             variants = build_accel.warm(cache_root, args.target, build_accel.wanted_flag_sets(source))
             warm_s = time.monotonic() - started

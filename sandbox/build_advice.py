@@ -1,0 +1,36 @@
+"""Advice on a CUDA candidate's build time, for the verdict (`details.build_advice`).
+
+Why: a fresh build's time is set by one thing the candidate chooses, how much of torch its `.cu` needs. The
+judge compiles a `.cu` against slim torch headers first (sandbox/slim_headers.py: 15-18 s for a typical
+candidate on the 2-core development machine); a `.cu` that needs more (tensor arithmetic or indexing on
+`torch::Tensor`, autograd, pybind11) is built against torch's full headers, ~290k lines that nvcc's three
+front ends take 60-65 s over. A model refining its kernel, or a person, can only fix what it is told, so the
+verdict says which case this was and what to change.
+
+The build child says which case it was, one `[judge]` line per extension (sandbox/build_hooks.py); those
+lines are read from the build log here. The child is untrusted, so the advice is only ever text for the
+candidate's own verdict, never an input to a decision.
+"""
+
+from __future__ import annotations
+
+import re
+
+FULL_HEADERS = re.compile(r"^\[judge\] (?P<ext>\S+): \.cu (?:needs|built with) torch's full headers \((?P<why>.*)\)",
+                          re.M)
+FAST_LAYOUT = "tests/corpus/cuda/kl_div_fast_split.py"
+
+
+def advice(build_log: str, build_seconds: float | None = None) -> str | None:
+    """What to change so the candidate builds in seconds, or None when its .cu built against the slim headers."""
+    found = FULL_HEADERS.search(build_log)
+    if found is None:
+        return None
+    took = f"This build took {build_seconds:.0f} s: " if build_seconds is not None else ""
+    return (f"{took}its .cu was compiled against torch's full headers ({found.group('why')}), which nvcc spends "
+            "40-65 s on whatever the kernels are. The judge compiles a .cu against slim torch headers first "
+            "(at::Tensor and its methods, TORCH_CHECK, AT_DISPATCH, the torch:: factories it names, CUDA streams): "
+            "do tensor arithmetic and indexing in Python or in cpp_sources rather than in the .cu, or keep the .cu "
+            "to kernels and launch functions taking raw pointers and a cudaStream_t with the torch::Tensor wrapper in "
+            "cpp_sources and load_inline(..., no_implicit_headers=True); it then builds in seconds "
+            f"({FAST_LAYOUT} in the judge's repository shows that layout).")
