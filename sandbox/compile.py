@@ -87,8 +87,7 @@ def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[
 
     env: dict[str, str] = {"JUDGE_SLIM_HEADERS": "1"} if config.slim_headers and target == "cuda" else {}
     binds: dict[Path, str] = {}
-    mechanism = isolation.available_mechanism(config.isolation)
-    if target == "cuda" and config.split_nvcc and mechanism == "bwrap":
+    if target == "cuda" and config.split_nvcc and isolation.available_mechanism(config.isolation) == "bwrap":
         binds.update(_split_nvcc_binds(config.cache_root))
     if not config.precompiled_headers:
         return env, binds
@@ -100,6 +99,7 @@ def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[
         return env, binds
     if root is None:
         return env, binds
+    mechanism = isolation.available_mechanism(config.isolation)
     if mechanism == "bwrap":
         binds[root] = build_accel.CHILD_MOUNT
     return {**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism)}, binds

@@ -146,3 +146,24 @@ def test_the_build_sandbox_runs_the_driver_in_nvccs_place(driver: Path, tmp_path
     assert json.loads((work / f"k.o{nvcc_split.RECORD_SUFFIX}").read_text())["ids_equal"] is True
     _, files = _deps(work / "k.o.d")
     assert any(f.startswith(TOOLKIT) for f in files) and not any(nvcc_split.REAL_ROOT in f for f in files)
+
+
+def test_the_judge_binds_the_driver_only_for_cuda_builds_that_ask(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from dataclasses import replace
+
+    from torch.utils import cpp_extension
+
+    from sandbox.compile import accelerators
+    from sandbox.config import JudgeConfig
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", TOOLKIT)
+    config = replace(JudgeConfig(), cache_root=tmp_path, precompiled_headers=False, split_nvcc=True,
+                     isolation="bwrap")
+    env, binds = accelerators(config, "cuda", "")
+    real = Path(NVCC).resolve()
+    assert binds[real.parent.parent] == nvcc_split.REAL_ROOT
+    driver = next(host for host, inside in binds.items() if inside == str(real))
+    assert os.access(driver, os.X_OK) and driver.read_text().startswith(f"#!{sys.executable} -B\n")
+    assert env == {"JUDGE_SLIM_HEADERS": "1"}
+    assert accelerators(replace(config, split_nvcc=False), "cuda", "")[1] == {}  # the default
+    assert accelerators(config, "cpu", "")[1] == {}
