@@ -164,6 +164,10 @@ class Worker:
             if self.stopping.is_set():
                 log.warning("second signal: releasing every held job now")
                 self._release_all()
+                try:  # still a stop, not a death: the workers table must not list this worker as alive
+                    registry.stopped(self.db, self.worker_id, self.stats.snapshot())
+                except Exception:  # noqa: BLE001 - exiting anyway
+                    log.exception("could not mark this worker stopped in the workers table")
                 os._exit(1)
             log.info("signal %d: finishing running jobs, releasing the rest", signum)
             self.stop()
