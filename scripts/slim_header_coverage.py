@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox import slim_headers  # noqa: E402
+from sandbox import build_hooks, slim_headers  # noqa: E402
 
 IMPLICIT = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
 """What load_inline puts before a candidate's CUDA sources (torch/utils/cpp_extension.py, load_inline)."""
@@ -134,10 +134,6 @@ def nvcc_flags(extra: list[str], arch: str, torch_include: Path | None = None) -
     return flags
 
 
-def include_dirs(flags: list[str]) -> list[Path]:
-    return [Path(flags[i + 1]) for i, f in enumerate(flags[:-1]) if f in ("-isystem", "-I")]
-
-
 def stub_dir(work: Path, dirs: list[Path]) -> list[str]:
     """The CPU wheel of torch lacks one generated CUDA header: a stand-in, last on the path."""
     if any((d / "c10/cuda/impl/cuda_cmake_macros.h").exists() for d in dirs):
@@ -181,7 +177,7 @@ def judge_one(path: Path, args: argparse.Namespace) -> Outcome:
         cu = work / "cuda.cu"
         cu.write_text("\n".join((IMPLICIT if ext.implicit_headers else []) + ext.sources))
         flags = nvcc_flags(ext.extra_cuda_cflags, args.arch, args.torch_include)
-        dirs = include_dirs(flags)
+        dirs = build_hooks.include_dirs(flags)  # as the build child reads them
         flags += stub_dir(work, dirs)
         reason = slim_headers.skip_reason(cu.read_text())
         slim = None if reason else slim_headers.write(work, [cu.read_text()], dirs)
