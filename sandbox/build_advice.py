@@ -22,7 +22,7 @@ FAST_LAYOUT = "tests/corpus/cuda/kl_div_fast_split.py"
 
 
 def advice(build_log: str, build_seconds: float | None = None) -> str | None:
-    """What to change so the candidate builds in seconds, or None when its .cu built against the slim headers."""
+    """What to change so its .cu compiles in seconds, or None when its .cu built against the slim headers."""
     found = FULL_HEADERS.search(build_log)
     if found is None:
         return None
@@ -32,5 +32,5 @@ def advice(build_log: str, build_seconds: float | None = None) -> str | None:
             "(at::Tensor and its methods, TORCH_CHECK, AT_DISPATCH, the torch:: factories it names, CUDA streams): "
             "do tensor arithmetic and indexing in Python or in cpp_sources rather than in the .cu, or keep the .cu "
             "to kernels and launch functions taking raw pointers and a cudaStream_t with the torch::Tensor wrapper in "
-            "cpp_sources and load_inline(..., no_implicit_headers=True); it then builds in seconds "
+            "cpp_sources and load_inline(..., no_implicit_headers=True); its .cu then compiles in seconds "
             f"({FAST_LAYOUT} in the judge's repository shows that layout).")
