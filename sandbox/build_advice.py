@@ -18,16 +18,34 @@ import re
 
 FULL_HEADERS = re.compile(r"^\[judge\] (?P<ext>\S+): \.cu (?:needs|built with) torch's full headers \((?P<why>.*)\)",
                           re.M)
+MAIN_FALLBACK = re.compile(r"^\[judge\] (?P<ext>\S+): main\.cpp needs more of torch/extension\.h than its subset "
+                           r"\(subset build: (?P<why>.*)\); building it again", re.M)
 FAST_LAYOUT = "tests/corpus/cuda/kl_div_fast_split.py"
 
 
 def advice(build_log: str, build_seconds: float | None = None) -> str | None:
-    """What to change so its .cu compiles in seconds, or None when its .cu built against the slim headers."""
+    """What to change so its .cu and main.cpp compile in seconds, or None when both took the fast path."""
+    parts = [text for text in (_cu_advice(build_log), _main_advice(build_log)) if text]
+    if not parts:
+        return None
+    took = f"This build took {build_seconds:.0f} s: " if build_seconds is not None else ""
+    return took + " ".join(parts)
+
+
+def _main_advice(build_log: str) -> str | None:
+    found = MAIN_FALLBACK.search(build_log)
+    if found is None:
+        return None
+    return (f"its main.cpp (cpp_sources) did not compile with torch/extension.h less torch's C++ frontend "
+            f"({found.group('why')}) and was compiled again with all of it, which takes twice as long: "
+            "torch::nn, optim, data, jit and serialize are seldom needed beside a kernel.")
+
+
+def _cu_advice(build_log: str) -> str | None:
     found = FULL_HEADERS.search(build_log)
     if found is None:
         return None
-    took = f"This build took {build_seconds:.0f} s: " if build_seconds is not None else ""
-    return (f"{took}its .cu was compiled against torch's full headers ({found.group('why')}), which nvcc spends "
+    return (f"its .cu was compiled against torch's full headers ({found.group('why')}), which nvcc spends "
             "40-65 s on whatever the kernels are. The judge compiles a .cu against slim torch headers first "
             "(at::Tensor and its methods, TORCH_CHECK, AT_DISPATCH, the torch:: factories it names, CUDA streams): "
             "do tensor arithmetic and indexing in Python or in cpp_sources rather than in the .cu, or keep the .cu "

@@ -11,6 +11,11 @@ without these hooks, then finds every output up to date instead of rebuilding.
    ones, so the variant's `torch/extension.h.gch` is found just before torch's own header, and only by a
    compile that includes it; `gcc -E` (how nvcc preprocesses a .cu) ignores precompiled headers. A
    candidate that sets CPATH itself, or adds -I directories (which could shadow torch's headers), gets no PCH.
+   main.cpp is offered the variant's subset PCH first (torch's headers without its C++ frontend, half the
+   compile time), unless it names the frontend; if main.cpp fails to compile with it, CPATH is pointed at
+   the full PCH and ninja runs again, so compile errors are torch's own. Either PCH leaves ninja's record of
+   main.cpp's headers empty (g++ lists no header read from a PCH, and torch's are system headers), so the
+   execution child, which has neither, finds main.o up to date.
 
 2. Slim torch headers for the `.cu` (`JUDGE_SLIM_HEADERS`, sandbox/slim_headers.py). The hook writes them
    into the extension's build directory and points nvcc, and only nvcc, at them with `-I` in
@@ -18,6 +23,9 @@ without these hooks, then finds every output up to date instead of rebuilding.
    and ninja runs again: the `.cu` is compiled against torch's own headers, as without the judge, and that
    run's outcome (success, or the compiler's errors) is the build's. Each decision is one `[judge]` line in
    the build log.
+
+Both fallbacks are one wrapper around torch's ninja run (`run_with_fallbacks`): a failed run is retried once
+per accelerator that the failure can be blamed on (the `.cu` object: the slim headers; main.o: the subset PCH).
 """
 
 from __future__ import annotations
@@ -32,14 +40,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sandbox import slim_headers
-from sandbox.build_accel import FLAGS_FILE, PCH_NAME, normalise
+from sandbox.build_accel import FLAGS_FILE, PCH_NAME, SUBSET_DIR, normalise
 
 _OURS = "JUDGE_PCH_CPATH"
 """Remembers the CPATH value this hook set, to tell it from one the candidate set."""
+_FULL = "JUDGE_PCH_FULL"
+"""While main.cpp is offered the subset PCH: the full PCH's directory, main.cpp's fallback."""
 NVCC_ENV = "NVCC_APPEND_FLAGS"
 """Flags nvcc appends to every command line (CUDA 11.5+); g++ never reads it, so main.cpp is untouched."""
 _CU_OBJECT_FAILED = re.compile(r"^FAILED: .*\.cuda\.o\b", re.M)
 """ninja's line for a failed `.cu` compile (torch names a .cu's object `<stem>.cuda.o`)."""
+_MAIN_OBJECT_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?:\S*/)?main\.o\b", re.M)
+"""ninja's line for a failed main.cpp compile (load_inline's bindings file; its object is `main.o`); ninja 1.12
+and later put the exit status first: `FAILED: [code=1] main.o`."""
+FRONTEND = re.compile(r"\btorch::(?:nn|optim|data|jit|serialize|autograd|python|cuda|fft|linalg|special|nested"
+                      r"|sparse|mps|xpu)::|\btorch::(?:save|load|NoGradGuard|AutoGradMode|manual_seed)\b")
+"""What the subset PCH certainly lacks (torch's C++ frontend, sandbox/build_accel.py): a main.cpp that names it
+gets the full PCH without trying. Anything else the subset lacks fails to compile and falls back the same."""
 
 
 def note(text: str) -> None:
@@ -77,17 +94,55 @@ def choose(cflags: list[str], offered: list[tuple[list[str], str]]) -> str | Non
     return None
 
 
-def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]]) -> None:
+def subset_of(variant_dir: str) -> str | None:
+    """The variant's subset PCH directory, if it was built."""
+    subset = Path(variant_dir) / SUBSET_DIR
+    return str(subset) if (subset / PCH_NAME).is_file() else None
+
+
+def frontend_named(main_cpp: str | None) -> str | None:
+    """The first mention of torch's C++ frontend in main.cpp, or None (also when it cannot be read)."""
+    if main_cpp is None:
+        return None
+    try:
+        text = Path(main_cpp).read_bytes()[:4 << 20].decode("utf-8", "replace")
+    except OSError:
+        return "main.cpp could not be read"
+    found = FRONTEND.search(text)
+    return found.group(0) if found else None
+
+
+def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp: str | None = None,
+              subset_first: bool = True) -> None:
     current = os.environ.get("CPATH")
     if current is not None and current != os.environ.get(_OURS):
         return  # the candidate's own CPATH: leave it alone
+    os.environ.pop(_FULL, None)
     chosen = choose(cflags, offered)
-    if chosen:
-        os.environ["CPATH"] = os.environ[_OURS] = chosen
-        note(f"main.cpp offered the precompiled torch/extension.h in {chosen}")  # tests look for this line
-    else:
+    if not chosen:
         os.environ.pop("CPATH", None)
         os.environ.pop(_OURS, None)
+        return
+    subset = subset_of(chosen) if subset_first else None
+    named = frontend_named(main_cpp) if subset else None
+    if subset and not named:
+        os.environ["CPATH"] = os.environ[_OURS] = subset
+        os.environ[_FULL] = chosen
+        note(f"main.cpp offered the precompiled torch/extension.h in {chosen}, "  # tests look for this line
+             "first its subset without torch's C++ frontend")
+        return
+    os.environ["CPATH"] = os.environ[_OURS] = chosen
+    why = f" (main.cpp names {named})" if named else ""
+    note(f"main.cpp offered the precompiled torch/extension.h in {chosen}{why}")  # tests look for this line
+
+
+def full_pch_instead() -> bool:
+    """After main.cpp failed with the subset PCH: point CPATH at the full one. False when that was not the case."""
+    full = os.environ.pop(_FULL, None)
+    if full is None or os.environ.get("CPATH") != os.environ.get(_OURS):
+        return False
+    os.environ["CPATH"] = os.environ[_OURS] = full
+    return True
 
 
 # --- 2. slim headers for the .cu, with torch's own as the fallback ---------------------------------------------
@@ -126,36 +181,52 @@ def prepare_slim(build_directory: Path, cuda_cflags: list[str], sources: list[st
     return True
 
 
-def run_with_fallback(original: Callable[..., Any], build_directory: str, verbose: bool, error_prefix: str) -> Any:
-    """torch's ninja run with the slim headers offered to nvcc; again without them if a .cu failed."""
+def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbose: bool, error_prefix: str) -> Any:
+    """torch's ninja run with the accelerators offered; again without the one a failure is blamed on.
+
+    The `.cu` object failed: the slim headers are removed and nvcc is no longer pointed at them. main.o
+    failed under the subset PCH: main.cpp gets the full PCH. A failure that is neither (the link, or a compile
+    that already had torch's own headers) is the build's, raised as torch raised it. Each accelerator is
+    given up at most once, so ninja runs at most three times; what compiled before a failure is kept."""
     directory = Path(build_directory)
-    if not (directory / slim_headers.SLIM_DIR / slim_headers.SLIM_HEADER).is_file():
-        return original(build_directory, verbose, error_prefix)
-    theirs = os.environ.get(NVCC_ENV)
-    os.environ[NVCC_ENV] = f"{theirs} " if theirs else ""
-    os.environ[NVCC_ENV] += f"-I{directory / slim_headers.SLIM_DIR}"
-    try:
-        result = original(build_directory, verbose, error_prefix)
-        note(f"{directory.name}: .cu built against the slim torch headers (sandbox/slim_headers.py)")
-        return result
-    except RuntimeError as exc:
-        if not _CU_OBJECT_FAILED.search(str(exc)):
-            raise  # main.cpp or the link failed: the same with any headers
-        note(f"{directory.name}: .cu needs torch's full headers (slim build: {slim_headers.first_error(str(exc))}); "
-             "building it again with them")
-    finally:
-        if theirs is None:
-            os.environ.pop(NVCC_ENV, None)
-        else:
-            os.environ[NVCC_ENV] = theirs
-    slim_headers.remove(directory)
-    return original(build_directory, verbose, error_prefix)
+    while True:
+        slim = (directory / slim_headers.SLIM_DIR / slim_headers.SLIM_HEADER).is_file()
+        subset = os.environ.get(_FULL) is not None
+        theirs = os.environ.get(NVCC_ENV)
+        if slim:
+            os.environ[NVCC_ENV] = (f"{theirs} " if theirs else "") + f"-I{directory / slim_headers.SLIM_DIR}"
+        try:
+            result = original(build_directory, verbose, error_prefix)
+            if slim:
+                note(f"{directory.name}: .cu built against the slim torch headers (sandbox/slim_headers.py)")
+            if subset:
+                os.environ.pop(_FULL, None)
+                note(f"{directory.name}: main.cpp built with the subset of torch/extension.h")
+            return result
+        except RuntimeError as exc:
+            log, retry = str(exc), False
+            if slim and _CU_OBJECT_FAILED.search(log):
+                note(f"{directory.name}: .cu needs torch's full headers (slim build: {slim_headers.first_error(log)}); "
+                     "building it again with them")
+                slim_headers.remove(directory)
+                retry = True
+            if subset and _MAIN_OBJECT_FAILED.search(log) and full_pch_instead():
+                note(f"{directory.name}: main.cpp needs more of torch/extension.h than its subset (subset build: "
+                     f"{slim_headers.first_error(log)}); building it again with all of it")
+                retry = True
+            if not retry:
+                raise
+        finally:
+            if slim and theirs is None:
+                os.environ.pop(NVCC_ENV, None)
+            elif slim:
+                os.environ[NVCC_ENV] = theirs
 
 
 # --- installing both -------------------------------------------------------------------------------------------
 
-def install(accel_dir: str | None, slim_headers: bool) -> bool:
-    """Wrap torch's ninja writer (and, for slim headers, its ninja run) in this process. False, with nothing
+def install(accel_dir: str | None, slim_headers: bool, pch_subset: bool = True) -> bool:
+    """Wrap torch's ninja writer and its ninja run (for the fallbacks) in this process. False, with nothing
     changed, when neither hook has anything to offer."""
     offered = variants(accel_dir) if accel_dir else []
     if not offered and not slim_headers:
@@ -168,18 +239,19 @@ def install(accel_dir: str | None, slim_headers: bool) -> bool:
     def write_ninja_file(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind_partial(*args, **kwargs).arguments
         if offered:
-            offer_pch(list(bound.get("cflags") or []), offered)
+            sources = [str(source) for source in bound.get("sources") or []]
+            main_cpp = next((source for source in sources if Path(source).name == "main.cpp"), None)
+            offer_pch(list(bound.get("cflags") or []), offered, main_cpp, subset_first=pch_subset)
         if slim_headers and bound.get("with_cuda"):
             prepare_slim(Path(bound["path"]).parent, list(bound.get("cuda_cflags") or []),
                          [str(s) for s in bound.get("sources") or []])
         return write_original(*args, **kwargs)
 
     ext._write_ninja_file = write_ninja_file
-    if slim_headers:
-        run_original: Callable[..., Any] = ext._run_ninja_build
+    run_original: Callable[..., Any] = ext._run_ninja_build
 
-        def run_ninja_build(build_directory: str, verbose: bool, error_prefix: str) -> Any:
-            return run_with_fallback(run_original, build_directory, verbose, error_prefix)
+    def run_ninja_build(build_directory: str, verbose: bool, error_prefix: str) -> Any:
+        return run_with_fallbacks(run_original, build_directory, verbose, error_prefix)
 
-        ext._run_ninja_build = run_ninja_build
+    ext._run_ninja_build = run_ninja_build
     return True

@@ -548,7 +548,7 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
     if accel or slim:  # the judge's faster builds: a precompiled header, slim headers (sandbox/build_hooks.py)
         from sandbox import build_hooks
 
-        build_hooks.install(accel, slim_headers=slim)
+        build_hooks.install(accel, slim_headers=slim, pch_subset=os.environ.get("JUDGE_PCH_SUBSET") != "0")
     tripwires = Tripwires(task.forbidden_aten_ops)
     started = time.monotonic()
     try:

@@ -102,7 +102,8 @@ def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[
     mechanism = isolation.available_mechanism(config.isolation)
     if mechanism == "bwrap":
         binds[root] = build_accel.CHILD_MOUNT
-    return {**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism)}, binds
+    return {**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
+            "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds
 
 
 def _split_nvcc_binds(cache_root: Path) -> dict[Path, str]:

@@ -55,6 +55,9 @@ class JudgeConfig:
     precompiled_headers: bool = os.environ.get("JUDGE_PRECOMPILED_HEADERS", "1") != "0"
     """Offer builds a precompiled torch/extension.h (sandbox/build_accel.py): ~3x less g++ time for main.cpp,
     same object code. Built once per host under cache_root, on first need."""
+    pch_subset: bool = os.environ.get("JUDGE_PCH_SUBSET", "1") != "0"
+    """Offer main.cpp the PCH of torch/extension.h less torch's C++ frontend first (sandbox/build_accel.py):
+    about half the g++ time of the full PCH; a main.cpp that needs the frontend is compiled again with it."""
     slim_headers: bool = os.environ.get("JUDGE_SLIM_HEADERS", "1") != "0"
     """Compile a CUDA candidate's .cu against slim torch headers first (sandbox/slim_headers.py): ~3.5x less
     nvcc time for a typical candidate; a .cu that needs the full headers is built again with them."""

@@ -50,7 +50,8 @@ class PreparedCandidate:
     compile_log: str = ""
     compile_cached: bool = False
     build_advice: str | None = None
-    """How to make this candidate's build fast, when its .cu needed torch's full headers (sandbox/build_advice.py)."""
+    """How to make this candidate's build fast, when its .cu or main.cpp needed torch's full headers
+    (sandbox/build_advice.py)."""
 
 
 def _sha256(text: str) -> str:

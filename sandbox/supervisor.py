@@ -68,11 +68,16 @@ class ChildPaths:
         return cls(str(work_dir), str(Path(sandbox.__file__).resolve().parent.parent))
 
 
-def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The child's whole environment: nothing of the host's (no DATABASE_URL, keys, tokens) leaks in."""
+def child_path() -> str:
+    """The child's PATH: this interpreter's directory, CUDA's tools, the system's; never the host's own PATH."""
     path_dirs = [os.path.dirname(sys.executable), "/usr/local/cuda/bin", "/usr/local/bin", "/usr/bin", "/bin"]
+    return ":".join(dict.fromkeys(path_dirs))
+
+
+def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's whole environment: nothing of the host's (no DATABASE_URL, keys, tokens, CXX) leaks in."""
     env = {
-        "PATH": ":".join(dict.fromkeys(path_dirs)),
+        "PATH": child_path(),
         "HOME": paths.build,
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",

@@ -6,12 +6,14 @@ g++/nvcc). Runs each mode on a fresh build directory and prints per-build wall s
 and the total:
 
     without   torch's plain load_inline build
-    with      the shared precompiled torch/extension.h for main.cpp; the one-time PCH build of the
-              variants the candidate needs is timed separately, before the builds
-    slim      that PCH, and for CUDA the .cu compiled against slim torch headers (sandbox/slim_headers.py);
-              each build says whether its .cu built slim or fell back
-    split     the judge's default: slim, and nvcc's two front ends side by side (sandbox/nvcc_split.py,
-              under bubblewrap only)
+    with      the shared precompiled torch/extension.h for main.cpp (its subset without torch's C++ frontend
+              first, sandbox/build_accel.py); the one-time PCH build of the variants the candidate needs is
+              timed separately, before the builds
+    slim      the judge's default: that PCH, and for CUDA the .cu compiled against slim torch headers
+              (sandbox/slim_headers.py); each build says whether its .cu built slim or fell back, and which
+              PCH its main.cpp was built with
+    slim-full-main  slim, but main.cpp with the full PCH only (the judge before the subset PCH)
+    split     slim, and nvcc's two front ends side by side (sandbox/nvcc_split.py, under bubblewrap only)
 
 Each build's steps come from ninja's log (the .cu object, main.cpp, the link, what lies outside ninja) and,
 for a split .cu, the two lanes and the host compile.
@@ -88,11 +90,14 @@ def run_mode(name: str, sources: list[str], task: str, target: str, parallel: in
         log = result.compile_log if ok else ""
         headers = "slim" if "built against the slim torch headers" in log else (
             "full (fallback)" if "needs torch's full headers" in log else "full")
+        main_pch = "subset" if "main.cpp built with the subset" in log else (
+            "full (fallback)" if "main.cpp needs more of torch/extension.h" in log else
+            "full" if "offered the precompiled torch/extension.h" in log else "none")
         steps = ninja_steps(config.build_root / result.build_key) if ok else {}
         if "ninja" in steps:
             steps["outside_ninja"] = round(wall - steps["ninja"], 2)
         return {"wall_s": round(wall, 2), "ok": ok, "cached": ok and result.compile_cached, "cu_headers": headers,
-                "steps": steps, "status": None if ok else str(result.status),
+                "main_pch": main_pch, "steps": steps, "status": None if ok else str(result.status),
                 "diagnosis": None if ok else result.diagnosis[:300]}
 
     started = time.monotonic()
@@ -103,15 +108,16 @@ def run_mode(name: str, sources: list[str], task: str, target: str, parallel: in
     summary = {"mode": name, "builds": len(results), "parallel": parallel, "ok": sum(r["ok"] for r in results),
                "p50_s": round(statistics.median(walls), 1), "p90_s": round(percentile(walls, 0.9), 1),
                "max_s": round(max(walls), 1), "total_s": round(total, 1),
-               "cu_headers": dict(Counter(r["cu_headers"] for r in results)), "per_build": results}
+               "cu_headers": dict(Counter(r["cu_headers"] for r in results)),
+               "main_pch": dict(Counter(r["main_pch"] for r in results)), "per_build": results}
     summary["split_nvcc"] = sum(bool(r.get("steps", {}).get("split")) for r in results)
     for step in ("cu", "cpp", "link", "ninja", "outside_ninja", "split_host_s", "split_device_s", "split_compile_s"):
         values = [r["steps"][step] for r in results if r.get("steps", {}).get(step) is not None]
         if values:
             summary[f"{step}_p50_s"] = round(statistics.median(values), 1)
-    print(f"{name:8s} builds={len(results)} parallel={parallel} ok={summary['ok']}  p50={summary['p50_s']:.1f} s  "
+    print(f"{name:14s} builds={len(results)} parallel={parallel} ok={summary['ok']}  p50={summary['p50_s']:.1f} s  "
           f"p90={summary['p90_s']:.1f} s  max={summary['max_s']:.1f} s  total={summary['total_s']:.1f} s  "
-          f".cu headers {summary['cu_headers']}", flush=True)
+          f".cu headers {summary['cu_headers']}, main.cpp PCH {summary['main_pch']}", flush=True)
     print("         p50 of the steps (ninja's log): " + ", ".join(
         f"{step} {summary[f'{step}_p50_s']:.1f} s" for step in ("cu", "cpp", "link", "ninja", "outside_ninja",
                                                               "split_host_s", "split_device_s", "split_compile_s")
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", type=int, default=2, help="builds at once")
     parser.add_argument("--jobs", type=int, help="ninja -j inside one build (JudgeConfig.compile_jobs)")
     parser.add_argument("--modes", default="without,with,slim,split",
-                        help="comma-separated: without, with, slim, split")
+                        help="comma-separated: without, with, slim, slim-full-main, split")
     parser.add_argument("--root", type=Path, help="where build and cache roots go (default: a new temp dir)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args(argv)
@@ -152,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         build_root = root / f"builds-{mode}"
         cache_root = root / "cache"
         config = replace(base, build_root=build_root, cache_root=cache_root, precompiled_headers=mode != "without",
-                         slim_headers=mode in ("slim", "split"), split_nvcc=mode == "split")
+                         slim_headers=mode in ("slim", "slim-full-main", "split"), split_nvcc=mode == "split",
+                         pch_subset=mode != "slim-full-main")
         if mode != "without":
             started = time.monotonic()
             variants = build_accel.warm(cache_root, args.target, build_accel.wanted_flag_sets(source))

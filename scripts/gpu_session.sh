@@ -14,8 +14,8 @@
 # children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
 # per candidate, warm and cold), acceptance-lite (the fast, training and training-hostile files and the repeat
 # study), e2e (the service end to end, each fast kernel submitted three times: resubmissions of an identical source), judge-one (warm, one spare), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
-# (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds: the judge's default, then with nvcc
-# split in two lanes), build-plain (torch's own build),
+# (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds: the judge's default, then with
+# main.cpp on the full PCH only), build-split (with nvcc split in two lanes), build-plain (torch's own build),
 # spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/measure_spare_overlap.py),
 # judge-nolead (the correct fast kernels without the timing lead), spare-start (where a spare's CPU-only start
 # goes: scripts/measure_spare_start.py; scripts/device_env.sh has compiled the bytecode caches by then),
@@ -135,13 +135,18 @@ run_stages() {
             spares) stage spares python3 scripts/measure_spare_overlap.py --device cuda:0 \
                         --json "$out/spares/spare-overlap.json" ;;
             tolerance) stage tolerance python3 scripts/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
-            build)  # fresh CUDA builds, 8 at once: the judge's default (PCH, slim .cu headers), then with nvcc's
-                    # front ends side by side (JUDGE_SPLIT_NVCC); one build root, so the PCH is built once
+            build)  # fresh CUDA builds, 8 at once: the judge's default (PCH with main.cpp's subset first, slim .cu
+                    # headers), then the same with the full PCH only (the judge before the subset), on one machine;
+                    # one build root, so the PCH is built once
                 stage build-slim python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes slim \
                     --root /tmp/bench-build --json "$out/build-slim/bench_build_cuda_slim.json"
                 stage build-slim-ce python3 scripts/bench_build.py --target cuda -n 8 -p 8 --jobs 2 --modes slim \
                     --root /tmp/bench-build --candidate tests/corpus/cuda/cross_entropy_fast.py \
                     --json "$out/build-slim-ce/bench_build_cuda_slim_ce.json"
+                stage build-full-main python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 \
+                    --modes slim-full-main --root /tmp/bench-build \
+                    --json "$out/build-full-main/bench_build_cuda_slim_full_main.json" ;;
+            build-split)  # nvcc's front ends side by side (JUDGE_SPLIT_NVCC), 8 at once
                 stage build-split python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes split \
                     --root /tmp/bench-build --json "$out/build-split/bench_build_cuda_split.json" ;;
             build-plain)  # torch's own load_inline build, 8 at once

@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 import shlex
+import shutil
 import stat
 import subprocess
 from dataclasses import replace
@@ -38,23 +39,130 @@ def test_accelerated_build_judges_a_cpu_candidate_correctly(judge_config, tmp_pa
     variant = _variant(judge_config.cache_root, ("-O2",))
     assert json.loads((variant / build_accel.FLAGS_FILE).read_text())["flags"][-1] == "-O2"
     assert "offered the precompiled torch/extension.h" in verdict.compile_log
+    assert "main.cpp built with the subset of torch/extension.h" in verdict.compile_log
 
 
-def test_gcc_really_reads_the_variant_it_is_offered(judge_config, tmp_path: Path) -> None:
-    """What the child offers must be what g++ accepts: same flags, same compiler (`-H` marks a used PCH '!')."""
+def test_main_cpp_compiles_with_the_subset_pch_and_the_execution_child_keeps_it(judge_config, tmp_path: Path) -> None:
     config = replace(judge_config, build_root=tmp_path / "builds")
     prepared = prepare("kl_div", CORRECT.read_text(), target="cpu", config=config)
     assert isinstance(prepared, PreparedCandidate)
-    main_cpp = next(prepared.build_dir.glob("ext/*/main.cpp"))
+    assert "main.cpp built with the subset of torch/extension.h" in prepared.compile_log
+    ext_dir = next(prepared.build_dir.glob("ext/*/main.cpp")).parent
+    deps = subprocess.run(["ninja", "-t", "deps", "main.o"], cwd=ext_dir, capture_output=True, text=True).stdout
+    assert "main.cpp" in deps and build_accel.SUBSET_DIR not in deps  # g++ lists no header read from a PCH
+    built = (ext_dir / ".ninja_log").read_text()
+    # The execution child runs the same load_inline without the hooks (no CPATH): ninja must find main.o up to
+    # date, or it would compile main.cpp again while the candidate holds its turn.
+    verdict = judge("kl_div", CORRECT.read_text(), "cpu", config=config)
+    assert verdict.status == Status.CORRECT, verdict.diagnosis
+    assert (ext_dir / ".ninja_log").read_text() == built, "the execution child's ninja rebuilt something"
+
+
+def test_gcc_really_reads_the_subset_it_is_offered(judge_config, tmp_path: Path) -> None:
+    variant = _variant(judge_config.cache_root, ("-O2",))
+    subset = build_hooks.subset_of(str(variant))
+    assert subset is not None, (variant.parent / f"{variant.name}/{build_accel.SUBSET_DIR}.failed")
+    assert not list(Path(subset).rglob("*.h")), "the subset PCH's source was left beside it"
     compiler, flags = build_accel.torch_compile_flags("cpu", ("-O2",))
-    chosen = build_hooks.choose([*flags, "-DTORCH_EXTENSION_NAME=kl_div_cpu"], build_hooks.variants(
-        str(build_accel.accel_root(judge_config.cache_root))))
-    assert chosen is not None
-    proc = subprocess.run([*shlex.split(compiler), "-H", "-DTORCH_EXTENSION_NAME=kl_div_cpu", *flags, "-c",
-                           str(main_cpp), "-o", str(tmp_path / "main.o")], capture_output=True, text=True,
-                          env={**os.environ, "CPATH": chosen}, timeout=600)
+    (tmp_path / "main.cpp").write_text(
+        "#include <torch/extension.h>\n"
+        "torch::Tensor twice(torch::Tensor x) { return torch::full({2}, 2.0f) * x.sum(); }\n"
+        "PYBIND11_MODULE(judge_subset, m) { m.def(\"twice\", torch::wrap_pybind_function(twice), \"twice\"); }\n")
+    proc = subprocess.run([*shlex.split(compiler), "-H", "-Winvalid-pch", *flags, "-c", str(tmp_path / "main.cpp"),
+                           "-o", str(tmp_path / "main.o")], capture_output=True, text=True,
+                          env={**os.environ, "CPATH": subset}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"! {chosen}/torch/extension.h.gch" in proc.stderr
+    assert f"! {subset}/torch/extension.h.gch" in proc.stderr  # tensor arithmetic, pybind11: all in the subset
+    # torch's C++ frontend is not: such a main.cpp fails with it (and the child then offers the full PCH).
+    (tmp_path / "frontend.cpp").write_text("#include <torch/extension.h>\n"
+                                           "torch::OrderedDict<std::string, double> weights;\n")
+    proc = subprocess.run([*shlex.split(compiler), *flags, "-c", str(tmp_path / "frontend.cpp"), "-o",
+                           str(tmp_path / "frontend.o")], capture_output=True, text=True,
+                          env={**os.environ, "CPATH": subset}, timeout=600)
+    assert proc.returncode != 0 and "OrderedDict" in proc.stderr
+
+
+def test_a_main_cpp_that_needs_the_frontend_is_built_again_with_the_full_pch(judge_config, tmp_path: Path) -> None:
+    """`torch::OrderedDict` is declared by torch/extension.h but not by its subset: main.cpp fails with the
+    subset, is compiled again with the full PCH, and the candidate is judged as torch would build it."""
+    source = CORRECT.read_text().replace(
+        "#include <cmath>\n", "#include <cmath>\nstatic torch::OrderedDict<std::string, double> kScale;\n")
+    assert "OrderedDict" in source and build_hooks.FRONTEND.search(source) is None  # the subset is tried
+    config = replace(judge_config, build_root=tmp_path / "builds")
+    verdict = judge("kl_div", source, "cpu", config=config)
+    assert verdict.status == Status.CORRECT, verdict.diagnosis
+    assert "main.cpp needs more of torch/extension.h than its subset" in verdict.compile_log
+    assert "OrderedDict" in verdict.compile_log  # the subset build's first error, for the build log
+    assert "main.cpp built with the subset" not in verdict.compile_log
+    assert "main.cpp (cpp_sources) did not compile" in verdict.details["build_advice"]
+
+
+def test_a_main_cpp_that_names_the_frontend_gets_the_full_pch_without_trying(tmp_path: Path,
+                                                                            monkeypatch) -> None:  # noqa: ANN001
+    variant = tmp_path / "v"
+    (variant / build_accel.SUBSET_DIR / "torch").mkdir(parents=True)
+    (variant / build_accel.SUBSET_DIR / build_accel.PCH_NAME).write_bytes(b"pch")
+    offered = [(["-fPIC"], str(variant))]
+    main_cpp = tmp_path / "main.cpp"
+    for name in ("CPATH", "JUDGE_PCH_CPATH", "JUDGE_PCH_FULL"):
+        monkeypatch.setenv(name, "")  # recorded, so that whatever the hook sets is undone after the test
+        monkeypatch.delenv(name)
+    main_cpp.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n")
+    build_hooks.offer_pch(["-fPIC"], offered, str(main_cpp))
+    assert os.environ["CPATH"] == str(variant / build_accel.SUBSET_DIR)
+    assert build_hooks.full_pch_instead() and os.environ["CPATH"] == str(variant)
+    assert not build_hooks.full_pch_instead()  # once only
+    main_cpp.write_text("#include <torch/extension.h>\nauto m = torch::nn::Linear(2, 2);\n")
+    build_hooks.offer_pch(["-fPIC"], offered, str(main_cpp))
+    assert os.environ["CPATH"] == str(variant) and "JUDGE_PCH_FULL" not in os.environ
+    build_hooks.offer_pch(["-fPIC"], offered, str(main_cpp.with_name("other.cpp")), subset_first=False)
+    assert os.environ["CPATH"] == str(variant)
+    monkeypatch.setenv("CPATH", "/the/candidates/own")  # never touched
+    build_hooks.offer_pch(["-fPIC"], offered, str(main_cpp))
+    assert os.environ["CPATH"] == "/the/candidates/own"
+
+
+def _child_main_command(prepared: PreparedCandidate) -> tuple[str, Path]:
+    """The command the build child's ninja ran for main.cpp (its own compiler and flags, as torch wrote them in the
+    sandbox), with the sandbox's /build mapped back to the build's directory; and that extension's directory."""
+    ext_dir = next(prepared.build_dir.glob("ext/*/main.cpp")).parent
+    done = subprocess.run(["ninja", "-t", "commands", "main.o"], cwd=ext_dir, capture_output=True, text=True,
+                          check=True)
+    return done.stdout.strip().splitlines()[-1].replace("/build/", f"{prepared.build_dir}/"), ext_dir
+
+
+def _reads_pch(command: str, cwd: Path, cpath: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run a main.cpp command again, writing elsewhere, with `-H` (a PCH g++ reads is marked '!', one it
+    rejects 'x') and -Winvalid-pch (why it rejected it)."""
+    mine = command.replace(" -o main.o", f" -o {tmp_path / 'main.o'}").replace("main.o.d", str(tmp_path / "main.o.d"))
+    return subprocess.run(f"{mine} -H -Winvalid-pch", shell=True, cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "CPATH": cpath}, timeout=600)
+
+
+def test_gcc_really_reads_the_pchs_with_the_childs_own_command(judge_config, tmp_path: Path, monkeypatch) -> None:
+    """What the child is offered must be what its g++ accepts: the compiler torch chose inside the sandbox, not
+    the judge's. With CXX naming another compiler in the judge's environment (the GPU machines set
+    CXX=/opt/gcc/bin/g++), a PCH built with it was rejected, silently, by every build."""
+    monkeypatch.setenv("CXX", "/nonexistent/other-g++")  # must not reach the PCH's compiler
+    config = replace(judge_config, build_root=tmp_path / "builds")
+    prepared = prepare("kl_div", CORRECT.read_text(), target="cpu", config=config)
+    assert isinstance(prepared, PreparedCandidate)
+    command, ext_dir = _child_main_command(prepared)
+    variant = _variant(judge_config.cache_root, ("-O2",))
+    for cpath in (str(variant), build_hooks.subset_of(str(variant))):
+        assert cpath is not None, f"no subset PCH: {variant}/{build_accel.SUBSET_DIR}.failed"
+        proc = _reads_pch(command, ext_dir, cpath, tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"! {cpath}/torch/extension.h.gch" in proc.stderr, proc.stderr[:2000]
+        assert "invalid-pch" not in proc.stderr
+
+
+def test_the_pch_is_built_with_the_childs_compiler_whatever_cxx_says(monkeypatch) -> None:
+    from sandbox.supervisor import child_path
+
+    monkeypatch.setenv("CXX", "/opt/gcc/bin/g++")
+    compiler, _ = build_accel.torch_compile_flags("cpu", ())
+    assert compiler == shutil.which("c++", path=child_path())
 
 
 # A compile error under the precompiled header: tests/corpus/cpu/compile_error.py is judged in test_corpus.py with
