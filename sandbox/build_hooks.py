@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -81,6 +82,24 @@ def variants(accel_dir: str) -> list[tuple[list[str], str]]:
             continue
         found.append((flags, str(entry)))
     return found
+
+
+def compiler_mismatch(variant_dir: str) -> str | None:
+    """Why this variant's PCH cannot serve this build's compiler, or None. g++ rejects a PCH that another
+    executable wrote and parses the header instead, silently: a judge whose CXX differed from the child's
+    compiler once had every PCH of a host rejected that way (docs/benchmarks.md). Checked here, in the child,
+    against the compiler torch will run here, so that a mismatch is a line in the build log."""
+    import torch.utils.cpp_extension as ext
+
+    try:
+        built_with = json.loads((Path(variant_dir) / FLAGS_FILE).read_text()).get("compiler", "")
+    except (OSError, ValueError):
+        return "its flags.json cannot be read"
+    ours = shutil.which(ext.get_cxx_compiler()) or ext.get_cxx_compiler()
+    theirs = shutil.which(built_with) or built_with
+    if os.path.realpath(ours) != os.path.realpath(theirs):
+        return f"it was built with {built_with}, this build compiles with {ours}"
+    return None
 
 
 def choose(cflags: list[str], offered: list[tuple[list[str], str]]) -> str | None:
@@ -229,6 +248,11 @@ def install(accel_dir: str | None, slim_headers: bool, pch_subset: bool = True) 
     """Wrap torch's ninja writer and its ninja run (for the fallbacks) in this process. False, with nothing
     changed, when neither hook has anything to offer."""
     offered = variants(accel_dir) if accel_dir else []
+    for flags, directory in list(offered):
+        why = compiler_mismatch(directory)
+        if why:
+            offered.remove((flags, directory))
+            note(f"the precompiled torch/extension.h in {directory} is not offered: {why}")
     if not offered and not slim_headers:
         return False
     import torch.utils.cpp_extension as ext

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session's measurements (issues 7, 8, 10, 12) as a job that outlives each device call.
 #
-# A device call may run 10 minutes, the machine stays warm 30 s after it, and a fresh machine spends minutes
+# A device call may run 10 minutes, the machine stays warm only 30 s after it (the next `collect` must follow at
+# once: a later call gets a fresh machine and the running stages are lost), and a fresh machine spends minutes
 # building the corpus. So the measurements run as one background job in its own process session (which the
 # device tool leaves running between calls), and each call only starts it or waits on it and brings back what it
 # has written so far. On the GPU machine, from the repository root (carry: [".whl", ".debs", ".kernelbench"]):
@@ -140,6 +141,11 @@ run_stages() {
                     # one build root, so the PCH is built once
                 stage build-slim python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes slim \
                     --root /tmp/bench-build --json "$out/build-slim/bench_build_cuda_slim.json"
+                # g++'s own word that it read the PCHs (an 'x' line: rejected), and main.cpp's time alone
+                stage build-pch-check bash -c 'b=$(dirname "$(ls /tmp/bench-build/builds-slim/*/ext/*/build.ninja | head -1)");
+                    v=$(dirname "$(ls /tmp/bench-build/cache/build-accel/*/flags.json | head -1)");
+                    python3 scripts/measure_build_scaling.py "$b" --step main.o --cpath "$v/main-subset" --copies 1,8 &&
+                    python3 scripts/measure_build_scaling.py "$b" --step main.o --cpath "$v" --copies 1'
                 stage build-slim-ce python3 scripts/bench_build.py --target cuda -n 8 -p 8 --jobs 2 --modes slim \
                     --root /tmp/bench-build --candidate tests/corpus/cuda/cross_entropy_fast.py \
                     --json "$out/build-slim-ce/bench_build_cuda_slim_ce.json"
@@ -163,6 +169,10 @@ run_stages() {
 }
 
 collect() {  # wait up to $1 s for the stages to end, then pack what they wrote
+    if [ ! -d "$SESSION/out" ]; then  # a fresh machine: the session died with the one before; waiting is waste
+        echo "no session on this machine (it was handed back and the stages with it): start again" >&2
+        return 3
+    fi
     local deadline=$(( $(date +%s) + $1 ))
     while [ ! -e "$SESSION/finished" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
     cat "$SESSION/out/stages.txt" 2>/dev/null

@@ -169,6 +169,20 @@ def test_the_pch_is_built_with_the_childs_compiler_whatever_cxx_says(monkeypatch
 # the PCH on (the default), and must report its first main.cpp error lines there.
 
 
+def test_a_pch_built_by_another_compiler_is_not_offered(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The child checks the compiler a variant was built with against the one torch runs there: a mismatch
+    would make g++ reject the PCH silently (what happened on the GPU machines)."""
+    for name, compiler in (("theirs", "/opt/other-gcc/bin/g++"), ("ours", build_accel.child_compiler())):
+        (tmp_path / name / "torch").mkdir(parents=True)
+        (tmp_path / name / build_accel.PCH_NAME).write_bytes(b"pch")
+        (tmp_path / name / build_accel.FLAGS_FILE).write_text(json.dumps({"flags": ["-fPIC"], "compiler": compiler}))
+    assert "built with /opt/other-gcc/bin/g++" in build_hooks.compiler_mismatch(str(tmp_path / "theirs"))
+    assert build_hooks.compiler_mismatch(str(tmp_path / "ours")) is None
+    (tmp_path / "ours" / build_accel.FLAGS_FILE).unlink()
+    assert build_hooks.install(str(tmp_path), slim_headers=False) is False  # nothing left to offer
+    assert "is not offered: it was built with /opt/other-gcc/bin/g++" in capsys.readouterr().err
+
+
 def test_only_harmless_literal_flags_are_precompiled() -> None:
     source = '''
 from torch.utils.cpp_extension import load_inline
