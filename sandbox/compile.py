@@ -62,11 +62,16 @@ def cuda_arch_list() -> str:
 
 
 def toolchain(target: str) -> str:
-    """Everything that changes what a build produces: equal strings mean a build can be reused."""
+    """Everything that changes what a build produces: equal strings mean a build can be reused. The C++
+    compiler is the one the build child runs (`c++` on its PATH, sandbox/build_accel.child_compiler), which
+    need not be the g++ or CXX of the judge's own environment."""
+    from sandbox.build_accel import child_compiler
+
+    compiler = child_compiler()
     parts = [
         f"python {platform.python_version()}",
         f"torch {torch.__version__}",
-        f"g++ {tool_version(('g++', '-dumpfullversion'))}",
+        f"c++ {compiler} {tool_version((compiler, '-dumpfullversion'))}",
         f"target {target}",
     ]
     if target == "cuda":

@@ -160,9 +160,12 @@ def test_gcc_really_reads_the_pchs_with_the_childs_own_command(judge_config, tmp
 def test_the_pch_is_built_with_the_childs_compiler_whatever_cxx_says(monkeypatch) -> None:
     from sandbox.supervisor import child_path
 
+    from sandbox.compile import toolchain
+
     monkeypatch.setenv("CXX", "/opt/gcc/bin/g++")
     compiler, _ = build_accel.torch_compile_flags("cpu", ())
     assert compiler == shutil.which("c++", path=child_path())
+    assert f"c++ {compiler} " in toolchain("cpu")  # builds are keyed by that compiler too
 
 
 # A compile error under the precompiled header: tests/corpus/cpu/compile_error.py is judged in test_corpus.py with
