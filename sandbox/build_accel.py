@@ -179,14 +179,16 @@ def child_compiler() -> str:
     return shutil.which(CHILD_CXX, path=child_path()) or CHILD_CXX
 
 
+def flag_include_dirs(flags: list[str]) -> list[Path]:
+    """The include directories of a compile's tokens (`normalise`d: `-isystem` and its directory are two
+    tokens), in command-line order. (sandbox/build_hooks.include_dirs reads torch's unsplit nvcc flags.)"""
+    return [Path(flags[i + 1]) for i, tok in enumerate(flags[:-1]) if tok in ("-isystem", "-I")]
+
+
 def header_path(flags: list[str]) -> Path | None:
     """torch/extension.h as the compile would find it: in the first include directory that has it."""
-    for i, tok in enumerate(flags[:-1]):
-        if tok in ("-isystem", "-I"):
-            candidate = Path(flags[i + 1]) / "torch" / "extension.h"
-            if candidate.is_file():
-                return candidate
-    return None
+    return next((d / "torch" / "extension.h" for d in flag_include_dirs(flags)
+                 if (d / "torch" / "extension.h").is_file()), None)
 
 
 def variant_id(compiler: str, compiler_version: str, torch_version: str, flags: list[str]) -> str:
@@ -270,7 +272,7 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
 def subset_header_text(flags: list[str]) -> str | None:
     """The subset PCH's source: `SUBSET_HEADERS`, each as torch's own file found through the compile's include
     directories; None when this torch lacks one (a layout this code does not know: the full PCH only)."""
-    dirs = [Path(flags[i + 1]) for i, tok in enumerate(flags[:-1]) if tok in ("-isystem", "-I")]
+    dirs = flag_include_dirs(flags)
     if not all(any((d / name).is_file() for d in dirs) for name in SUBSET_HEADERS):
         return None
     lines = ["// The subset of torch/extension.h a load_inline main.cpp is offered first (sandbox/build_accel.py)."]
