@@ -68,7 +68,8 @@ def note(text: str) -> None:
 # --- 1. the precompiled header for main.cpp -------------------------------------------------------------------
 
 def variants(accel_dir: str) -> list[tuple[list[str], str]]:
-    """(flags, directory) of each complete PCH variant offered to this build."""
+    """(flags, directory) of each complete PCH variant offered to this build: one that this build's compiler
+    can read (`compiler_mismatch`; a variant it cannot is a line in the build log instead)."""
     found = []
     root = Path(accel_dir)
     if not root.is_dir():
@@ -77,24 +78,25 @@ def variants(accel_dir: str) -> list[tuple[list[str], str]]:
         if entry.name.startswith(".") or not (entry / PCH_NAME).is_file():
             continue
         try:
-            flags = json.loads((entry / FLAGS_FILE).read_text())["flags"]
+            record = json.loads((entry / FLAGS_FILE).read_text())
+            flags = record["flags"]
         except (OSError, ValueError, KeyError):
+            continue
+        why = compiler_mismatch(record.get("compiler", ""))
+        if why:
+            note(f"the precompiled torch/extension.h in {entry} is not offered: {why}")
             continue
         found.append((flags, str(entry)))
     return found
 
 
-def compiler_mismatch(variant_dir: str) -> str | None:
-    """Why this variant's PCH cannot serve this build's compiler, or None. g++ rejects a PCH that another
+def compiler_mismatch(built_with: str) -> str | None:
+    """Why a PCH built with this compiler cannot serve this build's, or None. g++ rejects a PCH that another
     executable wrote and parses the header instead, silently: a judge whose CXX differed from the child's
     compiler once had every PCH of a host rejected that way (docs/benchmarks.md). Checked here, in the child,
     against the compiler torch will run here, so that a mismatch is a line in the build log."""
     import torch.utils.cpp_extension as ext
 
-    try:
-        built_with = json.loads((Path(variant_dir) / FLAGS_FILE).read_text()).get("compiler", "")
-    except (OSError, ValueError):
-        return "its flags.json cannot be read"
     ours = shutil.which(ext.get_cxx_compiler()) or ext.get_cxx_compiler()
     theirs = shutil.which(built_with) or built_with
     if os.path.realpath(ours) != os.path.realpath(theirs):
@@ -120,15 +122,15 @@ def subset_of(variant_dir: str) -> str | None:
 
 
 def frontend_named(main_cpp: str | None) -> str | None:
-    """The first mention of torch's C++ frontend in main.cpp, or None (also when it cannot be read)."""
+    """Why main.cpp should go straight to the full PCH ("names torch::nn::", "could not be read"), or None."""
     if main_cpp is None:
         return None
     try:
         text = Path(main_cpp).read_bytes()[:4 << 20].decode("utf-8", "replace")
     except OSError:
-        return "main.cpp could not be read"
+        return "could not be read"
     found = FRONTEND.search(text)
-    return found.group(0) if found else None
+    return f"names {found.group(0)}" if found else None
 
 
 def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp: str | None = None,
@@ -151,7 +153,7 @@ def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp:
              "first its subset without torch's C++ frontend")
         return
     os.environ["CPATH"] = os.environ[_OURS] = chosen
-    why = f" (main.cpp names {named})" if named else ""
+    why = f" (main.cpp {named})" if named else ""
     note(f"main.cpp offered the precompiled torch/extension.h in {chosen}{why}")  # tests look for this line
 
 
@@ -248,11 +250,6 @@ def install(accel_dir: str | None, slim_headers: bool, pch_subset: bool = True) 
     """Wrap torch's ninja writer and its ninja run (for the fallbacks) in this process. False, with nothing
     changed, when neither hook has anything to offer."""
     offered = variants(accel_dir) if accel_dir else []
-    for flags, directory in list(offered):
-        why = compiler_mismatch(directory)
-        if why:
-            offered.remove((flags, directory))
-            note(f"the precompiled torch/extension.h in {directory} is not offered: {why}")
     if not offered and not slim_headers:
         return False
     import torch.utils.cpp_extension as ext
