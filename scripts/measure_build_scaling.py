@@ -22,12 +22,15 @@ import resource
 import shlex
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-SLIM_DIR = ".judge-slim"  # sandbox/slim_headers.py's directory inside a build (the script runs without the judge)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandbox.slim_headers import SLIM_DIR  # noqa: E402 - the slim headers' directory inside a build
 
 
 def step_command(build_dir: Path, output: str) -> str:
