@@ -49,11 +49,12 @@ _Event = torch.cuda.Event
 _elapsed_time = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 
-METHOD_VERSION = 5
+METHOD_VERSION = 6
 """Bumped whenever the way calls are timed changes: cached baselines from another method are re-measured.
 3: every call stands alone between device-wide synchronisations (was: a batch of events).
 4: batches of calls queued back to back, each behind its own flush; a batch's mean is its claim.
-5: a lead of queued flushes before each batch's first call."""
+5: a lead of queued flushes before each batch's first call.
+6: the clock makes its device current (baselines of cuda:N, N > 0, had been timed on cuda:0's stream)."""
 L2_FLUSH_BYTES = 256 << 20
 """Larger than any current L2 (50 MB on H100, 60 MB on H200): zeroing it evicts the inputs."""
 CPU_FLUSH_BYTES = 16 << 20
@@ -101,6 +102,12 @@ class DeviceClock:
         """`lead_ms`: the lead before each GPU batch (default `LEAD_MS`, or `JUDGE_TIMING_LEAD_MS`)."""
         self.device = device
         self.is_cuda = device.type == "cuda"
+        if self.is_cuda and device.index is not None:
+            # Events record on the current device's stream. A trusted measurement of cuda:1 in a process whose
+            # current device was still cuda:0 timed cuda:0's idle stream: on a two-GPU H100 host (2026-11-25) the
+            # bandwidth probe failed once ("Both events must be completed") and then cached 2.04 TB/s for 3.0,
+            # and every honest fast kl_div kernel was judged tamper_detected (faster than speed-of-light).
+            torch.cuda.set_device(device)
         size = L2_FLUSH_BYTES if self.is_cuda else CPU_FLUSH_BYTES
         self._flush = torch.empty(size // 4, dtype=torch.int32, device=device)
         self.host_overhead_ms = 0.0

@@ -299,6 +299,20 @@ def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> N
     assert DeviceClock(torch.device("cpu")).lead_ms == timing.LEAD_MS
 
 
+def test_a_clock_makes_its_device_current_so_its_events_time_that_device(monkeypatch) -> None:
+    """Events record on the current device's stream: a clock for cuda:1 in a process still on cuda:0 (the
+    trusted baseline process) timed cuda:0's idle stream and cached a bandwidth 1.45x too low on a two-GPU
+    host. No GPU here: set_device and the flush buffer's allocation are stand-ins."""
+    made_current: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: made_current.append(torch.device(device)))
+    cpu_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda n, dtype, device: cpu_empty(1, dtype=dtype))
+    DeviceClock(torch.device("cuda:1"))
+    assert made_current == [torch.device("cuda:1")]
+    DeviceClock(torch.device("cpu"))
+    assert made_current == [torch.device("cuda:1")], "a CPU clock leaves the current CUDA device alone"
+
+
 def test_hidden_work_is_reported_when_the_host_clock_decided_the_median() -> None:
     """A flagged batch is claimed by the host clock whatever the verdict says; the verdict reports hidden work
     when most batches were (c4_side_stream on the H100: all 26), not for one host stall in seven (honest
