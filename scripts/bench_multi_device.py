@@ -226,7 +226,7 @@ def collect(db_url: str, batch_id: str) -> dict:
         rows = s.execute(select(Submission.id, Submission.line, Submission.sample_metadata, Submission.duplicate_of,
                                 Job.id,
                                 Job.state, Job.claims, VerdictRow.status, VerdictRow.median_ms,
-                                VerdictRow.diagnosis)
+                                VerdictRow.diagnosis, VerdictRow.verdict)
                          .outerjoin(Job, Job.submission_id == Submission.id)
                          .outerjoin(VerdictRow, VerdictRow.submission_id == Submission.id)
                          .where(Submission.batch_id == batch_id).order_by(Submission.line)).all()
@@ -241,9 +241,10 @@ def collect(db_url: str, batch_id: str) -> dict:
     # A duplicate (the same extracted code as an earlier sample) has no job: it shares that sample's verdict.
     judged = {r[0]: r for r in rows}
     candidates = []
-    for sub_id, line, meta, duplicate_of, job_id, state, claims, status, median, diagnosis in rows:
+    for sub_id, line, meta, duplicate_of, job_id, state, claims, status, median, diagnosis, verdict in rows:
         if duplicate_of in judged:
-            _, _, _, _, job_id, state, _, status, median, diagnosis = judged[duplicate_of]
+            _, _, _, _, job_id, state, _, status, median, diagnosis, verdict = judged[duplicate_of]
+        cost = ((verdict or {}).get("details") or {}).get("cost") or {}
         meta = meta or {}
         expect = meta.get("expect", "")
         candidates.append({"line": line, "file": meta.get("file"), "copy": meta.get("copy", 0), "expect": expect,
@@ -251,6 +252,12 @@ def collect(db_url: str, batch_id: str) -> dict:
                            "as_expected": bool(status and re.fullmatch(expect.strip("()"), status.value)),
                            "median_ms": median, "lane": lane_of.get(job_id), "claims": claims,
                            "attempts": attempts.get(job_id, 0), "diagnosis": (diagnosis or "")[:160],
+                           # Where a hold's seconds went: the verdict's own account (None without a pre-started
+                           # child, or for a job that never reached a device).
+                           "held_s": cost.get("device_held_s"),
+                           "spare_wait_s": (cost.get("pre_started") or {}).get("acquire_wait_s"),
+                           "gate_wait_s": (cost.get("pre_started") or {}).get("gate_wait_s"),
+                           "stages": (verdict or {}).get("stages") or {},
                            "duplicate": duplicate_of is not None})
     return {"holds": holds, "unplaced": unplaced, "candidates": candidates, "outcomes": dict(outcomes)}
 
@@ -270,6 +277,24 @@ def spread(per_lane: dict[str, list[float]]) -> float | None:
     return (max(meds) - min(meds)) / min(meds) if len(meds) >= 2 else None
 
 
+def held_account(candidates: list[dict]) -> str:
+    """The run's held seconds, its waits for a spare, and its largest stages, summed over its judged jobs: where two
+    runs of one batch differ in device time, this says in which part."""
+    judged = [c for c in candidates if not c["duplicate"] and c.get("held_s") is not None]
+    if not judged:
+        return "not recorded"
+    total = defaultdict(float)
+    for c in judged:
+        for name, seconds in c.get("stages", {}).items():
+            if isinstance(seconds, (int, float)):
+                total[name] += seconds
+    largest = sorted(total.items(), key=lambda kv: -kv[1])[:6]
+    return (f"{len(judged)} holds, held {sum(c['held_s'] for c in judged):.1f} s, "
+            f"waited for a spare {sum(c.get('spare_wait_s') or 0 for c in judged):.1f} s, "
+            f"for a spare's device set-up {sum(c.get('gate_wait_s') or 0 for c in judged):.1f} s; stages: "
+            + ", ".join(f"{name} {seconds:.1f}" for name, seconds in largest))
+
+
 def report(run: dict) -> str:
     c = run["candidates"]
     lines = [f"configuration: {run['config']}",
@@ -283,6 +308,7 @@ def report(run: dict) -> str:
              f"a device ran two jobs at once: {bool(run['overlaps'])} ({len(run['overlaps'])} overlaps)",
              f"executed claims the timeline could not place: {run['unplaced']}",
              f"verdicts as their files declare: {sum(x['as_expected'] for x in c)} of {len(c)}",
+             f"where the held seconds went: {held_account(c)}",
              "", "| line | file | copy | expected | verdict | device | median ms | claims |",
              "|---|---|---|---|---|---|---|---|"]
     for x in c:
@@ -401,6 +427,10 @@ def compare(args: argparse.Namespace) -> int:
             ratio = r["stage_s"] / base["stage_s"]
             print(f"{d.name}: device stage {ratio * 100:.0f}% of {args.runs[0].name}'s "
                   f"({'within' if ratio <= args.stage_limit else 'OVER'} the {args.stage_limit * 100:.0f}% asked)")
+    print("\nwhere the held seconds went, summed over each run's jobs (a hold's own account, `details.cost` and "
+          "`stages` of its verdict; rows absent from run.json files written before they were recorded):")
+    for d, r in zip(args.runs, runs):
+        print(f"  {d.name}: {held_account(r['candidates'])}")
     print("\nhonest kernels, median per device per run (ms), and the largest difference between devices:")
     for f in sorted({f for r in runs for f in r["honest"]}):
         merged: dict[str, list[float]] = defaultdict(list)

@@ -22,6 +22,9 @@
 # goes: scripts/measure_spare_start.py; scripts/device_env.sh has compiled the bytecode caches by then),
 # slim-coverage (which corpus .cu files build against the slim torch headers, and whether their device code equals
 # that of the full headers: scripts/slim_header_coverage.py).
+# multi (issue 13, on a two-GPU kind): the same batch on one GPU, two GPUs in one worker, two workers with one GPU each;
+# then, here: scripts/bench_multi_device.py compare on the three run folders.
+# device-baselines (a two-GPU kind): scripts/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
 SESSION=/tmp/session
@@ -119,6 +122,21 @@ run_stages() {
                     --replicas 0 --min-candidates 30 --exclude hang.py --warm --out "$out/timeline-build"
                 stage timeline python3 scripts/bench_multi_device.py run --devices cuda:0 --replicas 0 --min-candidates 30 --exclude hang.py \
                     --warm --timeout 900 --out "$out/timeline" ;;
+            multi)  # issue 13: one batch (honest, broken, hostile; hang.py left out) on one GPU, on two GPUs in one
+                    # worker, and on two worker processes with one GPU each; the build cache is filled first, once
+                local batch=(--replicas 1 --exclude hang.py --warm)
+                stage multi-build python3 scripts/bench_multi_device.py run --devices cuda:0,cuda:1 --mode compile-only \
+                    "${batch[@]}" --out "$out/multi-build"
+                local runs=" ${MULTI_RUNS:-one two two-workers} "  # MULTI_RUNS: which of the three (a repeat)
+                [[ $runs == *" one "* ]] && stage multi-one python3 scripts/bench_multi_device.py run --devices cuda:0 \
+                    "${batch[@]}" --timeout 480 --out "$out/multi-one"
+                [[ $runs == *" two "* ]] && stage multi-two python3 scripts/bench_multi_device.py run \
+                    --devices cuda:0,cuda:1 "${batch[@]}" --timeout 480 --out "$out/multi-two"
+                [[ $runs == *" two-workers "* ]] && stage multi-two-workers python3 scripts/bench_multi_device.py run \
+                    --devices cuda:0,cuda:1 --workers 2 "${batch[@]}" --timeout 480 --out "$out/multi-two-workers" ;;
+            device-baselines)  # the trusted baseline process on every visible GPU: the cards must agree (issue 13's
+                               # two-GPU run found cuda:1's measured on cuda:0's stream)
+                stage device-baselines python3 scripts/check_device_baselines.py ;;
             spare-start)  # where a spare's CPU-only start goes (bytecode caches, sandbox, imports, contention)
                 stage spare-start python3 scripts/measure_spare_start.py --device cuda:0 --alone 2 --together 3 6 \
                     --json "$out/spare-start/spare-start.json" ;;
