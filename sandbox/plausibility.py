@@ -24,7 +24,7 @@ CLAIM_OVER_WINDOW_SLACK_MS = 0.05
 """A claim may exceed its window by clock granularity only: host and child read the same CLOCK_MONOTONIC,
 and CUDA events sit inside the host's window; 50 us covers the event clock's offset from the host's."""
 
-MIN_CLAIM_FRACTION = {"cpu": 0.6, "cuda": 0.65}
+MIN_CLAIM_FRACTION = {"cpu": 0.45, "cuda": 0.65}
 """The median claim must be at least this share of the parent's estimate of one call (`call_floor_ms`),
 measured with scripts/measure_timing_bound.py on honest candidates, idle and with the host saturated:
 
@@ -32,7 +32,13 @@ measured with scripts/measure_timing_bound.py on honest candidates, idle and wit
   average 9-17 with and without 3 more busy loops): claim / (run - empty) was 1.0-1.5 (the child's clock
   also counts the time it waited for a CPU, the kernel's accounting does not). But later, with two workers
   and the test suite sharing the 2 cores (load average ~9), honest kl_div_cpp_correct measured 0.80 twice
-  (docs/results/multi-device-cpu-2026-11-23.md), which the first rule (0.8) flagged; 0.6 is 25% under that.
+  (docs/results/multi-device-cpu-2026-11-23.md), which the first rule (0.8) flagged; 0.6 was 25% under that.
+  Then on a faster 2-core machine (2026-11-25: kl_div_cpp_correct's call 0.19 ms, where the harness's own
+  per-call work beyond an empty call's, ~0.17 ms, outweighs RUN_NOISE_MS) honest ratios were 0.61-0.75 idle and
+  0.56 and 0.59 in the test suite (two honest candidates judged tamper_detected in two runs of it); 0.45 is 20%
+  under that. On the CPU the rule now catches an understatement past ~2.5x on calls of 0.7 ms and more, past
+  ~4x on a 0.3 ms call; the CPU profile exists to test the pipeline, and its forgeries of the clock itself are
+  caught by the identity snapshots, not by this rule.
 - GPU (H100, 2026-11-23, docs/results/timing-bound-h100-2026-11-23.log: kl_div_fast, cross_entropy_fast,
   kl_div_triton, batches of 3-8 calls): 0.89-0.95 idle, 0.81-0.88 with 16 busy loops on the 16 cores (the
   host spins in the synchronisation while the device works, so the accounted time is the call's plus the

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from reference import get_task
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from reference import get_task  # noqa: E402
 
 
 def measure(task_id: str, device: str, work: Path) -> dict:

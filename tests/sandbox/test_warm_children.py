@@ -68,7 +68,9 @@ def test_a_warm_child_judges_as_a_cold_start_does(path: Path, expected: Status, 
     # The start was paid before the hand-over, and the verdict says so; the cold start's is on its clock.
     assert warm.details["cost"]["pre_started"]["host_s"] > 0
     assert warm.stages["pre_start"] > 0 and warm.stages["start"] < 0.5 < cold.stages["start"]
-    assert warm.stages["calibration"] < 0.05 < warm.stages["pre_calibration"]
+    # Calibrated before the hand-over too: the warm run only adopts the spare's figures. (Compared with the spare's
+    # own calibration, not a fixed 0.05 s: a fast host calibrates in 0.04-0.05 s, 2026-11-25.)
+    assert 0 <= warm.stages["calibration"] < warm.stages["pre_calibration"] / 4
     assert cold.details["cost"]["pre_started"] is None
     assert warm.environment is not None and warm.environment.isolation == cold.environment.isolation
     # One candidate per child: it is gone, and so is its directory.
