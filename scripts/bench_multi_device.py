@@ -245,6 +245,7 @@ def collect(db_url: str, batch_id: str) -> dict:
         if duplicate_of in judged:
             _, _, _, _, job_id, state, _, status, median, diagnosis, verdict = judged[duplicate_of]
         cost = ((verdict or {}).get("details") or {}).get("cost") or {}
+        spare = cost.get("pre_started") or {}
         meta = meta or {}
         expect = meta.get("expect", "")
         candidates.append({"line": line, "file": meta.get("file"), "copy": meta.get("copy", 0), "expect": expect,
@@ -255,8 +256,7 @@ def collect(db_url: str, batch_id: str) -> dict:
                            # Where a hold's seconds went: the verdict's own account (None without a pre-started
                            # child, or for a job that never reached a device).
                            "held_s": cost.get("device_held_s"),
-                           "spare_wait_s": (cost.get("pre_started") or {}).get("acquire_wait_s"),
-                           "gate_wait_s": (cost.get("pre_started") or {}).get("gate_wait_s"),
+                           "spare_wait_s": spare.get("acquire_wait_s"), "gate_wait_s": spare.get("gate_wait_s"),
                            "stages": (verdict or {}).get("stages") or {},
                            "duplicate": duplicate_of is not None})
     return {"holds": holds, "unplaced": unplaced, "candidates": candidates, "outcomes": dict(outcomes)}

@@ -1,7 +1,7 @@
 """The trusted baseline measurement on every visible GPU: the cards of one host must agree.
 
-Runs the judge's own baseline process (`python -m sandbox.baseline`, as `sandbox.baseline.get_baselines` starts
-it, the process's current device left at its default) once per device and task, and prints each card's measured
+Measures through the judge's own `sandbox.baseline.get_baselines` (its trusted subprocess, the process's current
+device left at its default), with a cache of its own per device, once per device and task; prints each card's measured
 bandwidth and eager time. Why: on a two-GPU H100 host (2026-11-25) the process measuring cuda:1 recorded its
 events on cuda:0's stream; it cached 2.04 TB/s for a 3.0 TB/s card, and every honest fast kl_div kernel was judged
 tamper_detected. `sandbox.timing.DeviceClock` now makes its device current; this is the check on the GPU.
@@ -14,8 +14,7 @@ Exit status 1 when the cards of a task differ by more than --limit in bandwidth 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -25,15 +24,15 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from reference import get_task  # noqa: E402
+from sandbox.baseline import get_baselines  # noqa: E402
+from sandbox.config import JudgeConfig  # noqa: E402
 
 
 def measure(task_id: str, device: str, work: Path) -> dict:
-    shape = get_task(task_id).official_shape
-    out = work / f"{task_id}-{device.replace(':', '')}.json"
-    subprocess.run([sys.executable, "-m", "sandbox.baseline", "--task", task_id, "--device", device,
-                    "--shape", ",".join(map(str, shape)), "--names", "eager", "--out", str(out)],
-                   check=True, cwd=ROOT, timeout=900)
-    return json.loads(out.read_text())
+    """The eager baseline and bandwidth of one card, measured afresh: the cache is keyed by device model, which
+    every card of a host shares, so each device gets a cache directory of its own."""
+    config = dataclasses.replace(JudgeConfig(), cache_root=work / device.replace(":", ""), baselines=("eager",))
+    return get_baselines(task_id, device, get_task(task_id).official_shape, config)
 
 
 def spread(values: list[float]) -> float:
