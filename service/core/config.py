@@ -85,6 +85,16 @@ class Settings(BaseSettings):
     """Override JudgeConfig.timing_budget_ms (time spent in timed repetitions)."""
     trials_per_distribution: int | None = None
     """Override JudgeConfig.trials_per_distribution."""
+    compile_timeout_s: float | None = None
+    """Override JudgeConfig.compile_timeout_s (a build's limit; the watchdog's compiling limit follows it)."""
+    run_timeout_s: float | None = None
+    """Override JudgeConfig.run_timeout_s (the execution child's wall limit; the watchdog's running limit follows
+    it)."""
+    stall_margin_s: float = 120.0
+    """Slack the watchdog (service/worker/watchdog.py) adds to a phase's own limit before a job held in that phase
+    counts as stalled: its thread stacks are logged, the worker reports itself not ready and the job goes back to
+    the queue. It covers the build child's 30 s wall slack over its timeout and a precompiled header built on first
+    need (~40 s on 2 cores). A false alarm costs a re-claim of a cached build; a missed stall, the worker."""
 
     # --- retention (service.maintenance) -------------------------------------------------------
     build_cache_max_bytes: int | None = None

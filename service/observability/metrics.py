@@ -11,6 +11,9 @@ Any API process answers the same numbers. A scrape while the database is away an
     judge_stage_duration_seconds{stage}           histogram: compile, device_wait, execute, record
     judge_device_busy_seconds_total{host,device}  seconds a device spent executing candidates
     judge_worker_last_seen_timestamp_seconds{worker}, judge_worker_up{worker}, judge_worker_held_jobs{worker}
+    judge_worker_stalled_jobs{worker}             jobs a live worker's watchdog found stalled whose threads are
+                                                  still stuck (service.worker.watchdog); non-zero: restart it
+    judge_stalls_total{phase}                     stalls found by workers' watchdogs, by the phase stuck in
 """
 
 from __future__ import annotations
@@ -72,11 +75,14 @@ def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:
     stages: dict[str, dict] = defaultdict(lambda: {"buckets": [0] * len(BUCKETS_S), "count": 0, "sum": 0.0})
     busy: dict[tuple[str, str], float] = defaultdict(float)
     outcomes: dict[str, int] = defaultdict(int)
+    stalls: dict[str, int] = defaultdict(int)
     seen = GaugeMetricFamily("judge_worker_last_seen_timestamp_seconds", "Last heartbeat of a worker (unix time)",
                              labels=["worker"])
     up = GaugeMetricFamily("judge_worker_up", "1 while a worker heartbeats within two leases and has not stopped",
                            labels=["worker"])
     held = GaugeMetricFamily("judge_worker_held_jobs", "Jobs a worker held at its last heartbeat", labels=["worker"])
+    stalled = GaugeMetricFamily("judge_worker_stalled_jobs", "Jobs a live worker's watchdog found stalled whose "
+                                "threads are still stuck", labels=["worker"])
     for row in rows:
         stats = row.stats or {}
         for stage, h in (stats.get("stages") or {}).items():
@@ -88,12 +94,15 @@ def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:
             busy[(row.host, device)] += seconds
         for outcome, n in (stats.get("outcomes") or {}).items():
             outcomes[outcome] += n
+        for phase, n in (stats.get("stalls") or {}).items():
+            stalls[phase] += n
         if now - row.last_seen_at <= WORKER_SERIES_WINDOW:
             alive = row.stopped_at is None and (now - row.last_seen_at).total_seconds() <= 2 * lease_s
             seen.add_metric([row.id], _epoch(row.last_seen_at))
             up.add_metric([row.id], 1.0 if alive else 0.0)
             held.add_metric([row.id], len(row.current_jobs or []) if alive else 0)
-    yield from (seen, up, held)
+            stalled.add_metric([row.id], len(stats.get("stalled") or []) if alive else 0)
+    yield from (seen, up, held, stalled)
     hist = HistogramMetricFamily("judge_stage_duration_seconds", "Time jobs spent in each worker stage",
                                  labels=["stage"])
     for stage, h in sorted(stages.items()):
@@ -114,6 +123,11 @@ def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:
     for outcome, n in sorted(outcomes.items()):
         finished.add_metric([outcome], n)
     yield finished
+    stall_count = CounterMetricFamily("judge_stalls", "Held jobs workers' watchdogs found stalled, by the phase "
+                                      "they were stuck in", labels=["phase"])
+    for phase, n in sorted(stalls.items()):
+        stall_count.add_metric([phase], n)
+    yield stall_count
 
 
 class _Snapshot:

@@ -15,7 +15,8 @@ against itself; at `max_worker_crashes` the reclaiming worker stores a final run
 judging it again (a candidate that kills workers is not retried forever). A lease that expired in
 `compiling` or `compiled` is reclaimed without blame: the candidate's code was not running. A
 `system_error` verdict is the judge's fault: the job is requeued with an exponential backoff until
-`max_attempts`, then the system_error is stored as final (both rules: `RetryPolicy`).
+`max_attempts`, then the system_error is stored as final (both rules: `RetryPolicy`). A job its worker's
+watchdog released (`AttemptOutcome.STALLED`) is never blamed either, whatever phase it stalled in.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
 from service.queue import wakeup
-from service.queue.states import ACTIVE, BLAMED, JobState, Outcome
+from service.queue.states import ACTIVE, BLAMED, AttemptOutcome, JobState, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,10 @@ def _lease(now: dt.datetime, lease_s: float) -> dt.datetime:
     return now + dt.timedelta(seconds=lease_s)
 
 
-def _end_attempt(session: Session, token: str | None, outcome: str, now: dt.datetime) -> None:
+def _end_attempt(session: Session, token: str | None, outcome: AttemptOutcome, now: dt.datetime) -> None:
     if token:
         session.execute(update(JobAttempt).where(JobAttempt.claim_token == token, JobAttempt.ended_at.is_(None))
-                        .values(ended_at=now, outcome=outcome))
+                        .values(ended_at=now, outcome=outcome.value))
 
 
 def claim(db: Database, worker_id: str, limit: int, lease_s: float) -> list[Claim]:
@@ -104,11 +105,11 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float) -> list[Clai
         for job in session.scalars(query).all():
             if job.state is BLAMED:  # the candidate was executing when its worker died
                 job.crashes += 1
-                _end_attempt(session, job.claim_token, "crashed", now)
+                _end_attempt(session, job.claim_token, AttemptOutcome.CRASHED, now)
                 log.warning("job %s: lease of %s expired while running; reclaimed (crash %d)",
                             job.id, job.worker_id, job.crashes)
             elif job.state is not JobState.QUEUED:  # died (or lost the database) before running it: no blame
-                _end_attempt(session, job.claim_token, "expired", now)
+                _end_attempt(session, job.claim_token, AttemptOutcome.EXPIRED, now)
                 log.warning("job %s: lease of %s expired in state %s; reclaimed (not counted as a crash)",
                             job.id, job.worker_id, job.state.value)
             token = uuid.uuid4().hex
@@ -149,15 +150,16 @@ def advance(db: Database, token: str, state: JobState, **values: object) -> bool
     return result.rowcount == 1
 
 
-def release(db: Database, token: str) -> bool:
-    """Give a held job back to the queue unjudged (graceful shutdown). Not counted as a crash."""
+def release(db: Database, token: str, outcome: AttemptOutcome = AttemptOutcome.RELEASED) -> bool:
+    """Give a held job back to the queue unjudged (graceful shutdown, a failure of ours, or a stall seen by the
+    worker's watchdog: `outcome` records which on the claim). Never counted as a crash."""
     now = utcnow()
     with db.transaction() as session:
         result = session.execute(update(Job).where(Job.claim_token == token, Job.state.in_(ACTIVE)).values(
             state=JobState.QUEUED, claim_token=None, worker_id=None, lease_expires_at=None,
             compile_started_at=None, compiled_at=None, run_started_at=None))
         if result.rowcount:
-            _end_attempt(session, token, "released", now)
+            _end_attempt(session, token, outcome, now)
     return result.rowcount == 1
 
 
@@ -180,7 +182,7 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
                 job.not_before = now + dt.timedelta(seconds=delay)
                 job.last_error = verdict.diagnosis[:4000]
                 job.claim_token = job.worker_id = job.lease_expires_at = None
-                _end_attempt(session, token, "retry", now)
+                _end_attempt(session, token, AttemptOutcome.RETRY, now)
                 log.warning("job %s: system_error (%d/%d), retry in %.0f s: %s", job.id, job.system_errors,
                             policy.max_attempts, delay, verdict.diagnosis[:200])
                 return Outcome.RETRY
@@ -189,7 +191,7 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
             job.state = JobState.DONE
             job.finished_at = now
             job.lease_expires_at = None
-            _end_attempt(session, token, "verdict", now)
+            _end_attempt(session, token, AttemptOutcome.VERDICT, now)
             session.add(verdict_row(job.submission_id, job.task_id, verdict, worker_id))
             # Event streams and reward calls waiting for this verdict wake at commit (service/queue/wakeup.py).
             wakeup.announce(session, wakeup.DONE, f"s:{job.submission_id}")

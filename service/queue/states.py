@@ -2,8 +2,9 @@
 
     queued -> compiling -> compiled -> running -> done
        ^          |            |          |
-       +----------+------------+----------+   released (shutdown), lease expired (worker died),
-                                              or system_error retried after a backoff
+       +----------+------------+----------+   released (shutdown, or stalled: its worker's watchdog gave it
+                                              back), lease expired (worker died), or system_error retried
+                                              after a backoff
     queued -> cancelled                       its batch was cancelled while it waited (final, never runs)
 
 A lease that expires in `running` counts a crash against the job (the candidate was the one executing
@@ -51,6 +52,24 @@ class Outcome(str, enum.Enum):
     """A system_error below the attempt limit: requeued with a backoff, nothing stored."""
     LOST = "lost"
     """The job is no longer this worker's (its lease expired and it was reclaimed): nothing written."""
+
+
+class AttemptOutcome(str, enum.Enum):
+    """How one claim of a job ended (`job_attempts.outcome`). Only `crashed` blames the candidate."""
+
+    VERDICT = "verdict"
+    """It recorded the job's verdict."""
+    RETRY = "retry"
+    """It recorded a system_error below the attempt limit: requeued with a backoff."""
+    RELEASED = "released"
+    """Its worker gave the job back unjudged (shutdown, or a failure of ours). No blame."""
+    STALLED = "stalled"
+    """Its worker's watchdog saw the job make no progress for far longer than its phase's limit allows and gave
+    it back (service.worker.watchdog): the worker was stuck, not the candidate. No blame."""
+    CRASHED = "crashed"
+    """Its lease expired while the candidate was running (BLAMED): counted in `jobs.crashes`."""
+    EXPIRED = "expired"
+    """Its lease expired before the candidate ran (the worker died or lost the database). No blame."""
 
 
 class HeldPhase(str, enum.Enum):

@@ -42,6 +42,10 @@ def judge_config(settings: Settings) -> JudgeConfig:
         config = replace(config, timing_budget_ms=settings.timing_budget_ms)
     if settings.trials_per_distribution is not None:
         config = replace(config, trials_per_distribution=settings.trials_per_distribution)
+    if settings.compile_timeout_s is not None:
+        config = replace(config, compile_timeout_s=settings.compile_timeout_s)
+    if settings.run_timeout_s is not None:
+        config = replace(config, run_timeout_s=settings.run_timeout_s)
     return config
 
 

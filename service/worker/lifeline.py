@@ -36,3 +36,13 @@ def expected_parent() -> int | None:
 def orphaned(parent: int | None) -> bool:
     """True when a parent was expected and is no longer ours (it died; we were re-parented)."""
     return parent is not None and os.getppid() != parent
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of a process on this host (from /proc), or None when it is gone or /proc is not there."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
+    return int(fields[1]) if len(fields) > 1 else None

@@ -5,6 +5,9 @@
                        one executor thread per device (sandbox.execute) <──┘ ──> finish (verdict)
     heartbeat thread: extends the leases of the jobs this worker is still working on (the `held` map, which
     every stage leaves when it ends, however it ends), notices jobs taken away, refreshes the `workers` row.
+    watchdog thread (service.worker.watchdog): a job held in one phase far longer than that phase's limit allows
+    is a stuck worker: every thread's stack is logged, the job goes back to the queue unblamed and leaves `held`,
+    and the worker's row says it is stalled (readiness and metrics read that).
 
 The loop claims only what the pool can start now plus one compiled job waiting per device, so the
 device never waits while compiled work exists, and a worker never hoards jobs another could run.
@@ -42,15 +45,18 @@ from service.observability.logs import job_context
 from service.observability.stats import WorkerStats
 from service.queue import claims as q
 from service.queue import wakeup
-from service.queue.states import HeldPhase, JobState, Outcome
+from service.queue.states import AttemptOutcome, HeldPhase, JobState, Outcome
 from service.worker import holds, lifeline, registry
-from service.worker.judging import Judge, crash_loop_verdict, system_error
+from service.worker.judging import Judge, crash_loop_verdict, judge_config, system_error
+from service.worker.watchdog import HeldJob, StallLimits, Watchdog
 
 log = logging.getLogger("service.worker")
 
 FINISH_RETRIES = 6
 """Attempts to record a verdict while the database is unreachable (1, 2, 4, ... s apart); after that the
 job is let go and reclaimed by the next worker once its lease expires."""
+FINISH_RETRIES_S = float(sum(2 ** attempt for attempt in range(FINISH_RETRIES)))
+"""The longest those attempts wait, in all (the watchdog's recording limit starts from it)."""
 
 TRANSITION_RETRIES = 4
 """Attempts to move a job to its next stage while the database is unreachable (0.5, 1, 2 s apart); then the
@@ -101,6 +107,10 @@ class Worker:
         self.stats = WorkerStats()
         self.parent = lifeline.expected_parent()
         self.fault_pause_at = os.environ.get(FAULT_PAUSE_ENV) or None
+        limits = StallLimits.derive(judge_config(settings), margin_s=settings.stall_margin_s,
+                                    compile_slots=self.compile_slots, devices=len(devices),
+                                    record_retries_s=FINISH_RETRIES_S)
+        self.watchdog = Watchdog(limits, devices=len(devices))
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -118,7 +128,9 @@ class Worker:
         self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
         # Woken when another process queues jobs (service/queue/wakeup.py); the poll below stays the safety net.
         listener = wakeup.Listener(self.db.url, self.worker_id, wakeup.QUEUED, lambda _payload: self.wake.set())
-        threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True)]
+        threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True),
+                   threading.Thread(target=self.watchdog.watch, args=(self, self.stopped), name="watchdog",
+                                    daemon=True)]
         if self.settings.build_cache_max_bytes is not None:
             threads.append(threading.Thread(target=self._maintenance, name="maintenance", daemon=True))
         threads += [threading.Thread(target=self._compile_loop, name=f"compile-{i}", daemon=True)
@@ -165,7 +177,7 @@ class Worker:
                 log.warning("second signal: releasing every held job now")
                 self._release_all()
                 try:  # still a stop, not a death: the workers table must not list this worker as alive
-                    registry.stopped(self.db, self.worker_id, self.stats.snapshot())
+                    registry.stopped(self.db, self.worker_id, self._row_stats())
                 except Exception:  # noqa: BLE001 - exiting anyway
                     log.exception("could not mark this worker stopped in the workers table")
                 os._exit(1)
@@ -176,12 +188,16 @@ class Worker:
         signal.signal(signal.SIGINT, handle)
 
     def _capacity(self) -> int:
-        """Jobs to claim now: free compile slots, keeping at most one compiled job waiting per device."""
+        """Jobs to claim now: free compile slots, keeping at most one compiled job waiting per device that has a
+        working executor (one stuck in a stalled execution takes nothing; with none left, nothing is claimed)."""
+        executors = len(self.devices) - self.watchdog.stalled_executors()
+        if executors <= 0:
+            return 0
         with self.lock:
-            compiling = self.compiling + self.to_compile.qsize()
+            compiling = self.compiling + self.to_compile.qsize()  # a stuck compile thread still counts here
             waiting = self.compiled.qsize()
         free = self.compile_slots - compiling
-        room = self.compile_slots + len(self.devices) - compiling - waiting
+        room = self.compile_slots + executors - compiling - waiting
         return max(0, min(free, room))
 
     def _start(self, claim: q.Claim) -> None:
@@ -338,8 +354,11 @@ class Worker:
         self._forget(claim, None)
 
     def _forget(self, claim: q.Claim, why: str | None) -> None:
+        """The thread working on the job is done with it (however it ended): it leaves `held`, and a stall of
+        its claim, if the watchdog saw one, is over."""
         with self.lock:
             self.held.pop(claim.token, None)
+        self.watchdog.returned(claim.token)
         if why:
             log.warning("job %s: %s", claim.job_id, why)
 
@@ -349,21 +368,46 @@ class Worker:
         for claim in held:
             self._release(claim)
 
+    # --- the watchdog's view (service.worker.watchdog.Holder) -------------------------------------------
+
+    def held_jobs(self) -> list[HeldJob]:
+        with self.lock:
+            return [HeldJob(h.claim, h.phase, h.since) for h in self.held.values()]
+
+    def give_up(self, claim: q.Claim) -> None:
+        """A stalled job: back to the queue as `stalled` (no blame), out of `held` so no heartbeat renews it. Its
+        stuck thread keeps the claim; when it comes back, `_forget` ends the stall."""
+        try:
+            q.release(self.db, claim.token, AttemptOutcome.STALLED)
+            log.error("job %s: released to the queue: its worker stalled", claim.job_id)
+        except Exception:
+            log.exception("job %s: release failed; its lease will expire", claim.job_id)
+        with self.lock:
+            self.held.pop(claim.token, None)
+
+    def publish(self) -> None:
+        """Write this worker's row now: its current jobs and its stats (the watchdog's stalls included)."""
+        with self.lock:
+            current = [h.describe() for h in self.held.values()]
+        try:
+            registry.beat(self.db, self.worker_id, current, self._row_stats())
+        except Exception:
+            log.exception("the workers row was not refreshed")
+
+    def _row_stats(self) -> dict[str, object]:
+        return {**self.stats.snapshot(), **self.watchdog.snapshot()}
+
     def _heartbeats(self) -> None:
         interval = max(0.2, self.settings.lease_s / 4)
         while not self.stopped.wait(interval):
             with self.lock:
                 tokens = list(self.held)
-                current = [h.describe() for h in self.held.values()]
             try:
                 lost = q.heartbeat(self.db, tokens, self.settings.lease_s)
             except Exception:
                 log.exception("heartbeat failed")
                 continue
-            try:
-                registry.beat(self.db, self.worker_id, current, self.stats.snapshot())
-            except Exception:
-                log.exception("the workers row was not refreshed")
+            self.publish()
             with self.lock:
                 for token in lost:
                     h = self.held.pop(token, None)
@@ -405,7 +449,7 @@ class Worker:
         self._release_all()
         self.judge.close()  # kills the pre-started children (and any a job still runs after the grace period)
         try:
-            registry.stopped(self.db, self.worker_id, self.stats.snapshot())
+            registry.stopped(self.db, self.worker_id, self._row_stats())
         except Exception:
             log.exception("could not mark this worker stopped in the workers table")
         self.stopped.set()

@@ -1,4 +1,5 @@
-"""GET /healthz (the process answers) and GET /readyz (the database answers and its schema is current)."""
+"""GET /healthz (the process answers) and GET /readyz (the database answers, its schema is current, and the worker
+this process runs or started is not stalled)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from service.api.deps import DatabaseDep
 from service.db.migrate import head_revision
 from service.db.models import Job, utcnow
 from service.queue.states import ACTIVE, JobState
+from service.worker.registry import local_stalls
 
 router = APIRouter(tags=["health"])
 
@@ -24,7 +26,8 @@ def healthz() -> schemas.Health:
             responses={503: {"model": schemas.Health}})
 def readyz(db: DatabaseDep):  # noqa: ANN201
     """Also reports the queue: jobs queued, jobs held by workers, and how many workers hold a live lease now
-    (an idle worker holds none, so 0 does not mean no worker is running)."""
+    (an idle worker holds none, so 0 does not mean no worker is running). 503 "worker stalled" while the worker
+    that this process runs or started (`kernel-judge serve`'s) has stalled jobs whose threads have not come back."""
     try:
         with db.transaction(read_only=True) as session:
             revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -32,11 +35,16 @@ def readyz(db: DatabaseDep):  # noqa: ANN201
             held = session.scalar(select(func.count()).where(Job.state.in_(ACTIVE)))
             workers = session.scalar(select(func.count(func.distinct(Job.worker_id))).where(
                 Job.state.in_(ACTIVE), Job.lease_expires_at > utcnow()))
+            stalls = local_stalls(session)
     except Exception as exc:  # noqa: BLE001 -- any database failure means "not ready"; the reason is reported
         return JSONResponse(status_code=503, content={"status": "unavailable", "detail": {"error": str(exc)[:500]}})
     head = head_revision()
     if revision != head:
         return JSONResponse(status_code=503, content={"status": "migrations pending",
                                                       "detail": {"revision": revision, "head": head}})
+    if stalls:  # its watchdog saw jobs stuck far past their phase's limit (service.worker.watchdog)
+        return JSONResponse(status_code=503, content={"status": "worker stalled", "detail": {
+            "reason": "the local worker holds jobs stuck far past their phase's limit; they went back to the queue "
+                      "and its thread stacks are in its log; restart it", "stalled": stalls}})
     return schemas.Health(status="ready", detail={"revision": revision, "queued": queued, "held": held,
                                                   "busy_workers": workers})
