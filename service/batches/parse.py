@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reference import UnknownTask, all_tasks, get_task
+from service.batches.dedup import CodeKey, code_key
 from service.batches.schemas import BatchCreate, LineError, Sample
 
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "application/jsonlines",
@@ -37,6 +38,14 @@ class Parsed:
     rejected: list[LineError] = field(default_factory=list)
     name: str | None = None
     tags: list[str] = field(default_factory=list)
+    codes: dict[int, CodeKey] = field(default_factory=dict)
+    """Each accepted line's dedup key. Extraction costs CPU in proportion to the text, so it is done here, while
+    parsing, and never inside the write transaction that stores the batch (it would hold SQLite's write lock,
+    or the key's row lock on PostgreSQL, for every other writer)."""
+
+    def accept(self, line: int, sample: Sample) -> None:
+        self.samples.append((line, sample))
+        self.codes[line] = code_key(sample.task, sample.text)
 
 
 def _describe(exc: ValidationError) -> str:
@@ -84,7 +93,7 @@ def check_sample(raw: Any, max_source_bytes: int, defaults: dict[str, Any] | Non
 def _collect(items: list[tuple[int, Any]], max_source_bytes: int, parsed: Parsed) -> Parsed:
     for line, raw in items:
         try:
-            parsed.samples.append((line, check_sample(raw, max_source_bytes)))
+            parsed.accept(line, check_sample(raw, max_source_bytes))
         except ValueError as exc:
             parsed.rejected.append(LineError(line=line, error=str(exc)))
     return parsed

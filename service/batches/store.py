@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, insert, select, update
@@ -100,9 +101,13 @@ def _unknown_parents(session: Session, samples: list[tuple[int, Sample]]) -> set
 
 
 def create_batch(session: Session, key: ApiKey, samples: list[tuple[int, Sample]], *, name: str | None,
-                 tags: list[str], kind: str = "batch", rejected: list[LineError] | None = None) -> Created:
+                 tags: list[str], kind: str = "batch", rejected: list[LineError] | None = None,
+                 codes: Mapping[int, CodeKey] | None = None) -> Created:
     """Store the samples and queue one job per distinct (task, extracted code); raises NoSamples if none is
-    left after checking parent ids. Inserts in bulk: a 10,000-line batch is two INSERT statements."""
+    left after checking parent ids. Inserts in bulk: a 10,000-line batch is two INSERT statements.
+
+    `codes` are the samples' dedup keys by line, computed before the transaction (service.batches.parse.Parsed
+    does): extraction is CPU work that must not hold the write lock. Without them they are computed here."""
     rejected = list(rejected or [])
     missing = _unknown_parents(session, samples)
     good = []
@@ -126,7 +131,7 @@ def create_batch(session: Session, key: ApiKey, samples: list[tuple[int, Sample]
     subs, jobs = [], []
     for line, sample in good:
         text = sample.text
-        key_ = code_key(sample.task, text)
+        key_ = codes[line] if codes is not None else code_key(sample.task, text)
         sub_id, original = new_id(), first.get(key_)
         if original is None:
             first[key_] = sub_id

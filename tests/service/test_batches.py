@@ -262,3 +262,19 @@ def test_a_batch_of_real_candidates_through_a_real_worker(client, auth, db, spaw
         assert s.scalar(select(Batch.duplicates).where(Batch.id == batch["id"])) == 1
         assert all(j.state is JobState.DONE for j in s.scalars(select(Job)))
     assert worker.terminate() == 0
+
+
+def test_extraction_runs_before_the_write_transaction(client, auth, db, monkeypatch):
+    # The dedup key costs CPU in proportion to the text: computed while parsing, never under the write lock.
+    def inside_the_transaction(task, text):
+        raise AssertionError("code_key called inside create_batch's transaction")
+
+    monkeypatch.setattr("service.batches.store.code_key", inside_the_transaction)
+    body = jsonl({"task": "kl_div", "source": CORRECT}, {"task": "kl_div", "completion": COMPLETION_OF_CORRECT})
+    r = post_batch(client, auth, body)
+    assert r.status_code == 202, r.text
+    assert (r.json()["accepted"], r.json()["duplicates"]) == (2, 1)
+    rewards = client.post("/v1/rewards", json={"task": "kl_div", "deadline_s": 0.1, "completions": [CORRECT]},
+                          headers=auth)
+    assert rewards.status_code == 200, rewards.text
+    assert rewards.json()["results"][0]["submission_id"] is not None

@@ -100,7 +100,7 @@ def admit(db: Database, settings: Settings, key: ApiKey, parsed: Parsed, kind: s
         with db.transaction() as session:
             check_quota(session, key, len(parsed.samples), settings)
             return store.create_batch(session, key, parsed.samples, name=parsed.name, tags=parsed.tags, kind=kind,
-                                      rejected=parsed.rejected)
+                                      rejected=parsed.rejected, codes=parsed.codes)
     except store.NoSamples as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             {"message": "no line of the upload is a valid sample; fix the lines listed",

@@ -68,9 +68,9 @@ def _parse(body: bytes, settings: Settings) -> tuple[RewardsRequest, Parsed]:
     for index, item in enumerate(request.completions):
         try:
             sample = check_sample(item, settings.max_source_bytes, defaults)
-            parsed.samples.append((index + 1, sample.model_copy(update={"sample_index": sample.sample_index
-                                                                        if sample.sample_index is not None
-                                                                        else index})))
+            parsed.accept(index + 1, sample.model_copy(update={"sample_index": sample.sample_index
+                                                                      if sample.sample_index is not None
+                                                                      else index}))
         except ValueError as exc:
             parsed.rejected.append(LineError(line=index + 1, error=str(exc)))
     return request, parsed
@@ -82,7 +82,7 @@ def _admit(db: Database, settings: Settings, key: ApiKey, parsed: Parsed) -> sto
         with db.transaction() as session:
             check_quota(session, key, len(parsed.samples), settings)
             return store.create_batch(session, key, parsed.samples, name=parsed.name, tags=[], kind="rewards",
-                                      rejected=parsed.rejected)
+                                      rejected=parsed.rejected, codes=parsed.codes)
     except store.NoSamples as exc:
         parsed.rejected = exc.rejected
         return None
