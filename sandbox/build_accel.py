@@ -30,8 +30,10 @@ offers it first and falls back to the full PCH when main.cpp does not compile wi
 Layout under `<cache_root>/build-accel/` (survives restarts; one per host, like the build cache):
 
     <variant>/torch/extension.h.gch   the PCH; <variant> hashes the compiler, torch and the exact flags
+    <variant>/torch/extension.h       a stub (`STUB_TEXT`) for a second `#include <torch/extension.h>`
     <variant>/main-subset/torch/extension.h.gch   the subset PCH, under the name main.cpp includes; absent
                                       when it could not be built (`<variant>/main-subset.failed` says why)
+    <variant>/main-subset/torch/extension.h       the same stub
     <variant>/flags.json              those flags (what the child compares with), and what built it
     <variant>.lock                    held while it is built, and while eviction removes it
     <variant>.failed                  the compiler's output, when building it failed (not retried)
@@ -74,8 +76,17 @@ SUBSET_HEADERS = ("torch/types.h", "torch/csrc/Device.h", "torch/csrc/Dtype.h", 
 headers, and the frontend's module bindings). The subset is torch/types.h and torch/python.h's own includes
 less the frontend's: only the frontend's declarations are missing, and a main.cpp that needs them fails to
 compile with the subset and is compiled again with the full PCH."""
-LAYOUT = "full+main-subset 1"
-"""Part of a variant's id: a variant built before the subset PCH existed is built again, once."""
+LAYOUT = "full+main-subset+stub 2"
+"""Part of a variant's id: a variant built before the layout changed (the subset PCH, the stub) is built again,
+once."""
+STUB_TEXT = ("// A second #include <torch/extension.h> after the precompiled one: g++ looks for the header beside\n"
+             "// the .gch it used, finds this, and goes on to torch's own (sandbox/build_hooks.py).\n"
+             "#include_next <torch/extension.h>\n")
+"""The header beside each `.gch`. g++ uses a PCH once per translation unit; for a later include of the same
+name it looks for the header itself in the directory where it found the `.gch`, and without this fails with
+`<dir>/torch/extension.h: No such file or directory` where torch alone compiles. torch's header, reached
+through `#include_next`, is then skipped as already read (the PCH records its include guards and `#pragma
+once` files); through the subset PCH, the part of it the subset lacks is parsed."""
 FLAGS_FILE = "flags.json"
 USED_FILE = "used"
 MAX_VARIANTS = 4
@@ -257,6 +268,9 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
             if proc.returncode != 0 or not (tmp / PCH_NAME).is_file():
                 failed.write_text(f"{shlex.join(argv)}\n{proc.stdout}{proc.stderr}")
                 return None
+            for pch in (tmp / PCH_NAME, tmp / SUBSET_DIR / PCH_NAME):
+                if pch.is_file():
+                    pch.with_suffix("").write_text(STUB_TEXT)  # torch/extension.h beside torch/extension.h.gch
             (tmp / FLAGS_FILE).write_text(json.dumps({
                 "flags": flags, "compiler": compiler, "header": str(header), "torch": torch.__version__,
                 "seconds": round(time.monotonic() - started, 1), "subset_seconds": subset_seconds}))

@@ -13,9 +13,22 @@ without these hooks, then finds every output up to date instead of rebuilding.
    candidate that sets CPATH itself, or adds -I directories (which could shadow torch's headers), gets no PCH.
    main.cpp is offered the variant's subset PCH first (torch's headers without its C++ frontend, half the
    compile time), unless it names the frontend; if main.cpp fails to compile with it, CPATH is pointed at
-   the full PCH and ninja runs again, so compile errors are torch's own. Either PCH leaves ninja's record of
-   main.cpp's headers empty (g++ lists no header read from a PCH, and torch's are system headers), so the
-   execution child, which has neither, finds main.o up to date.
+   the full PCH and ninja runs again; and if main.cpp fails with the full PCH with the accelerator named in
+   the compiler's output (its directory, a `.gch`, "precompiled"), ninja runs once more with no PCH at all,
+   so compile errors are torch's own.
+
+   What the compile sees is not the variant directory itself but a mirror of it in the extension's own build
+   directory (`PCH_MIRROR`): the variant's `torch/extension.h` stub, copied, and a link to its `.gch`, made
+   for each ninja run and removed after it. Why the stub: load_inline puts `#include <torch/extension.h>`
+   first in main.cpp and most candidates include it again; g++ uses a PCH once, then looks for the header
+   itself in the directory where it found the `.gch`, and fails if it is not there. The stub sends that
+   second include on to torch's own header (`#include_next`), which the PCH has already marked as read.
+   Why a mirror: the stub, once read, is in ninja's record of main.cpp's headers, and the execution child
+   has no accelerator directory; a header missing there would make its ninja compile main.cpp again (or,
+   where it may not compile, refuse). The mirror's stub is in the build directory the execution child is
+   given, so main.o stays up to date there. The link goes after each run: a build directory holds only
+   plain files (sandbox/compile.audit). Otherwise ninja's record of main.cpp's headers is empty (g++ lists
+   no header read from a PCH, and torch's are system headers).
 
 2. Slim torch headers for the `.cu` (`JUDGE_SLIM_HEADERS`, sandbox/slim_headers.py). The hook writes them
    into the extension's build directory and points nvcc, and only nvcc, at them with `-I` in
@@ -25,7 +38,8 @@ without these hooks, then finds every output up to date instead of rebuilding.
    the build log.
 
 Both fallbacks are one wrapper around torch's ninja run (`run_with_fallbacks`): a failed run is retried once
-per accelerator that the failure can be blamed on (the `.cu` object: the slim headers; main.o: the subset PCH).
+per accelerator that the failure can be blamed on (the `.cu` object: the slim headers; main.o: the subset PCH,
+then the full PCH).
 """
 
 from __future__ import annotations
@@ -41,8 +55,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sandbox import slim_headers
-from sandbox.build_accel import FLAGS_FILE, PCH_NAME, SUBSET_DIR, normalise
+from sandbox.build_accel import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
 
+VERSION = 2
+"""What these hooks do, as a number: part of every stored build outcome (sandbox/compile.accelerator_config), so
+that a compile error stored under older hooks is tried again."""
+PCH_MIRROR = ".judge-pch"
+"""Inside an extension's build directory: the directory CPATH names while ninja runs (see the module doc)."""
+ACCELERATOR_WORDS = re.compile(r"\.gch\b|precompiled header|/judge-accel\b|/build-accel/|\.judge-pch\b"
+                               r"|\.judge-slim\b")
+"""What only a compiler's output that the judge's accelerators took part in contains."""
 _OURS = "JUDGE_PCH_CPATH"
 """Remembers the CPATH value this hook set, to tell it from one the candidate set."""
 _FULL = "JUDGE_PCH_FULL"
@@ -121,8 +143,13 @@ def subset_of(variant_dir: str) -> str | None:
     return str(subset) if (subset / PCH_NAME).is_file() else None
 
 
+_EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"]", re.M)
+
+
 def frontend_named(main_cpp: str | None) -> str | None:
-    """Why main.cpp should go straight to the full PCH ("names torch::nn::", "could not be read"), or None."""
+    """Why main.cpp should go straight to the full PCH ("names torch::nn::", "could not be read"), or None.
+    A main.cpp that includes torch/extension.h a second time (load_inline wrote the first) goes there too: the
+    subset's stub would parse the whole header for that include, the full PCH has it all."""
     if main_cpp is None:
         return None
     try:
@@ -130,7 +157,9 @@ def frontend_named(main_cpp: str | None) -> str | None:
     except OSError:
         return "could not be read"
     found = FRONTEND.search(text)
-    return f"names {found.group(0)}" if found else None
+    if found:
+        return f"names {found.group(0)}"
+    return "includes torch/extension.h again" if len(_EXTENSION_INCLUDE.findall(text)) > 1 else None
 
 
 def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp: str | None = None,
@@ -164,6 +193,49 @@ def full_pch_instead() -> bool:
         return False
     os.environ["CPATH"] = os.environ[_OURS] = full
     return True
+
+
+def no_pch_instead() -> bool:
+    """After main.cpp failed with the full PCH: no PCH at all (CPATH cleared). False when none was offered."""
+    if os.environ.get(_FULL) is not None or "CPATH" not in os.environ or os.environ["CPATH"] != os.environ.get(_OURS):
+        return False
+    os.environ.pop("CPATH")
+    os.environ.pop(_OURS)
+    return True
+
+
+def mirror_pch(build_directory: Path) -> Path | None:
+    """Point CPATH at this extension's mirror of the offered PCH directory (see the module doc): the stub as a
+    plain file, the `.gch` as a link. The mirror's path, so that `unmirror_pch` can undo it; None when no PCH
+    is offered (or the mirror cannot be written: then the compile reads the variant directory itself)."""
+    offered = os.environ.get(_OURS)
+    if offered is None or os.environ.get("CPATH") != offered:
+        return None
+    mirror = build_directory / PCH_MIRROR / ("subset" if os.environ.get(_FULL) is not None else "full")
+    try:
+        (mirror / "torch").mkdir(parents=True, exist_ok=True)
+        stub = mirror / "torch" / "extension.h"
+        if not stub.is_file() or stub.read_text() != STUB_TEXT:
+            stub.unlink(missing_ok=True)
+            stub.write_text(STUB_TEXT)
+        link = mirror / PCH_NAME
+        link.unlink(missing_ok=True)
+        link.symlink_to(Path(offered) / PCH_NAME)
+    except OSError as exc:
+        note(f"{build_directory.name}: the precompiled header is read from {offered} itself ({exc})")
+        return None
+    os.environ["CPATH"] = str(mirror)
+    return mirror
+
+
+def unmirror_pch(mirror: Path | None) -> None:
+    """Remove the mirror's link (the stub stays: ninja's record of main.cpp may name it) and point CPATH back at
+    the offered directory, where the hook's state expects it."""
+    if mirror is None:
+        return
+    (mirror / PCH_NAME).unlink(missing_ok=True)
+    if os.environ.get("CPATH") == str(mirror):
+        os.environ["CPATH"] = os.environ[_OURS]
 
 
 # --- 2. slim headers for the .cu, with torch's own as the fallback ---------------------------------------------
@@ -206,9 +278,10 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
     """torch's ninja run with the accelerators offered; again without the one a failure is blamed on.
 
     The `.cu` object failed: the slim headers are removed and nvcc is no longer pointed at them. main.o
-    failed under the subset PCH: main.cpp gets the full PCH. A failure that is neither (the link, or a compile
-    that already had torch's own headers) is the build's, raised as torch raised it. Each accelerator is
-    given up at most once, so ninja runs at most three times; what compiled before a failure is kept."""
+    failed under the subset PCH: main.cpp gets the full PCH; under the full PCH, with the accelerator named in
+    the output (`ACCELERATOR_WORDS`): main.cpp gets no PCH. A failure that is none of these (the link, or a
+    compile that already had torch's own headers) is the build's, raised as torch raised it. Each accelerator
+    is given up at most once, so ninja runs at most four times; what compiled before a failure is kept."""
     directory = Path(build_directory)
     while True:
         slim = (directory / slim_headers.SLIM_DIR / slim_headers.SLIM_HEADER).is_file()
@@ -216,6 +289,7 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
         theirs = os.environ.get(NVCC_ENV)
         if slim:
             os.environ[NVCC_ENV] = (f"{theirs} " if theirs else "") + f"-I{directory / slim_headers.SLIM_DIR}"
+        mirror = mirror_pch(directory)
         try:
             result = original(build_directory, verbose, error_prefix)
             if slim:
@@ -225,6 +299,7 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
                 note(f"{directory.name}: main.cpp built with the subset of torch/extension.h")
             return result
         except RuntimeError as exc:
+            unmirror_pch(mirror)  # the fallbacks below read and set CPATH as offer_pch left it
             log, retry = str(exc), False
             if slim and _CU_OBJECT_FAILED.search(log):
                 note(f"{directory.name}: .cu needs torch's full headers (slim build: {slim_headers.first_error(log)}); "
@@ -235,9 +310,15 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
                 note(f"{directory.name}: main.cpp needs more of torch/extension.h than its subset (subset build: "
                      f"{slim_headers.first_error(log)}); building it again with all of it")
                 retry = True
+            elif (not subset and _MAIN_OBJECT_FAILED.search(log) and ACCELERATOR_WORDS.search(log)
+                  and no_pch_instead()):
+                note(f"{directory.name}: main.cpp failed with the precompiled torch/extension.h in its way "
+                     f"({slim_headers.first_error(log)}); building it again without a precompiled header")
+                retry = True
             if not retry:
                 raise
         finally:
+            unmirror_pch(mirror)
             if slim and theirs is None:
                 os.environ.pop(NVCC_ENV, None)
             elif slim:
