@@ -17,6 +17,9 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
 - the task's forbidden operators are replaced in the dispatcher by tripwires before the import: a call
   from Python or from C++ through the dispatcher raises and is recorded, even if the candidate catches
   the error;
+- torch's extension builder may only load what the build stage built: a compile here would hold the
+  device for the length of a build, so it is refused (sandbox/no_build.py) and the import is bounded in
+  seconds by the parent (JudgeConfig.load_timeout_s);
 - the parent bounds what this process claims about time with its own clock around each timed call
   (`arm` makes the inputs, `go` runs the call alone, `inspect` checks afterwards), and the isolation layer
   bounds what it can reach (no network, no host files, limited memory, processes, time and output).
@@ -43,6 +46,7 @@ import torch
 
 from reference import get_task
 from sandbox import compare as _compare
+from sandbox import no_build as _no_build
 from sandbox import protocol as _protocol
 from sandbox import timing as _timing
 
@@ -51,6 +55,8 @@ _CUSTOM_OP = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?")
 _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "profiler", "c10d", "_c10d_functional", "inductor",
                                "quantized", "cuda", "triton", "torch", "autograd", "_quantized", "mkldnn"})
 TRACEBACK_LINES = 12
+_BUILD_DIR = os.path.dirname(os.environ["TORCH_EXTENSIONS_DIR"]) if os.environ.get("TORCH_EXTENSIONS_DIR") else None
+"""The candidate's build directory (its /build): read before the import, in a module Integrity watches."""
 
 
 # --- integrity: what we rely on, captured before candidate code exists ---------------------------
@@ -76,6 +82,7 @@ _WATCHED = [
     "torch:nn.Module.__call__", "torch:nn.Module._call_impl",
     "torch:nn.functional.kl_div", "torch:nn.functional.cross_entropy", "torch:nn.functional.log_softmax",
     "torch:log", "torch:softmax", "torch:rand", "torch:randint", "torch:randn", "torch:Generator",
+    "torch:utils.cpp_extension._run_ninja_build",  # the build guard (sandbox/no_build.py)
     "sys:exit", "sys:setprofile", "sys:getprofile", "os:_exit", "os:write", "os:read", "os:listdir",
     "json:dumps", "json:loads", "builtins:type", "builtins:isinstance",
 ]
@@ -230,6 +237,7 @@ def _error_info(exc: BaseException) -> dict[str, Any]:
         "message": str(exc)[:20000],
         "where": f"{where.filename}:{where.lineno} in {where.name}" if where else None,
         "traceback": "\n".join(text.splitlines()[-TRACEBACK_LINES * 3:]),
+        "kind": exc.kind if isinstance(exc, _no_build.NotBuilt) else None,
     }
 
 
@@ -306,6 +314,7 @@ class Child:
         self.setup_s: dict[str, float] = {}
         """What each step of this set-up took (reported in `Ready`)."""
         mark = time.monotonic()
+        self.build_guard = _no_build.install()  # before Integrity, which watches it
         self.tripwires = Tripwires(self.task.forbidden_aten_ops)
         mark = self._setup_step("tripwires", mark)
         create_context(self.device)  # before counting the threads (a spare may have created it already)
@@ -321,7 +330,7 @@ class Child:
 
     def _watched_modules(self) -> list[types.ModuleType]:
         """The judge's modules in this process whose contents candidate code must leave alone."""
-        return [_timing, _protocol, _compare, sys.modules[__name__]]
+        return [_timing, _protocol, _compare, _no_build, sys.modules[__name__]]
 
     _harness_probe: Callable[[], object] | None = None
     """What the judge runs besides the task's harness (`harness_operators`' `also`): a subclass's checks."""
@@ -356,7 +365,21 @@ class Child:
         _protocol.send(self.res_fd, header, payloads)
 
     def load(self, cmd: _protocol.Load) -> dict[str, Any]:
+        """Import the candidate and build ModelNew on the device; nothing is compiled here (sandbox/no_build.py).
+
+        An extension the build stage did not build fails the load with `NotBuilt`, even when the candidate
+        caught it and went on (or failed later for want of it): that refusal is the answer a person needs."""
         self.kernel_names = self._declared_kernels()
+        try:
+            self.model = self._import_candidate()
+        except Exception:
+            self.build_guard.raise_if_refused()
+            raise
+        self.build_guard.raise_if_refused()
+        self.extension_modules = self._built_extensions()
+        return {"extensions": sorted(self.extension_modules)}
+
+    def _import_candidate(self) -> torch.nn.Module:
         spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, self.source_path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[CANDIDATE_MODULE] = module
@@ -364,18 +387,18 @@ class Child:
         model_cls = getattr(module, "ModelNew", None)
         if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
             raise TypeError("ModelNew is not a subclass of torch.nn.Module")
-        self.model = model_cls().to(self.device)
-        self.extension_modules = self._built_extensions()
-        return {"extensions": sorted(self.extension_modules)}
+        return model_cls().to(self.device)
 
     def _built_extensions(self) -> set[str]:
         """Names of the shared libraries the candidate built under the build dir.
 
         load_inline does not register its module in sys.modules, but pybind11 functions carry the
         extension's name in `__module__`; names that shadow a module we had already imported (a
-        candidate calling its extension "torch") do not count.
+        candidate calling its extension "torch") do not count. The build dir is the one torch's extensions
+        are built under (`_BUILD_DIR`), not the source's: the judged source lives apart from the build, in a
+        file the candidate cannot write (sandbox/compile.py).
         """
-        build_dir = os.path.dirname(os.path.abspath(self.source_path))
+        build_dir = _BUILD_DIR or os.path.dirname(os.path.abspath(self.source_path))
         names = set()
         for root, _, files in os.walk(build_dir):
             names |= {f.split(".", 1)[0] for f in files if f.endswith(".so")}
@@ -584,8 +607,10 @@ def main(argv: list[str] | None = None) -> None:
         compile_only(args.task, args.source, args.res_fd)
         return
     # The first operator the harness probe runs under a TorchFunctionMode imports torch._dynamo (~1.5 s of CPU):
-    # imported here, a spare pays it in its CPU-only start instead of inside the device gate.
+    # imported here, a spare pays it in its CPU-only start instead of inside the device gate. So is torch's
+    # extension builder, which the child's build guard replaces a function of (sandbox/no_build.py).
     importlib.import_module("torch._dynamo")
+    importlib.import_module("torch.utils.cpp_extension")
 
     task_id = args.task
     if args.pre_started:

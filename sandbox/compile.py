@@ -6,6 +6,20 @@ holds a lock so concurrent identical submissions build once, enforces the time l
 compiler's output into a diagnosis that leads with the error lines. It also offers the build the judge's
 accelerators (`accelerators`): the shared precompiled torch/extension.h (sandbox/build_accel.py), read-only,
 and for CUDA the slim torch headers for the .cu (sandbox/slim_headers.py).
+
+Layout of one build key (`KeyPaths`), and who may write what:
+
+    <build_root>/<key>.lock         the builders' lock (flock)
+    <build_root>/<key>/             judge-owned: no child ever sees this directory itself
+        candidate.py                the checked source; bound read-only into the build child, which imports it
+        result.json                 the build's outcome, written by the parent only (`store`)
+        build/                      THE CANDIDATE'S: writable at /build in the build child
+
+Everything under `build/` was written by candidate code (the build child imports the candidate), so the
+parent treats it as hostile: it never follows a link there, refuses a build that leaves a link or a
+special file (`audit`), and keeps what it trusts (the source, the result) one level up, where the child
+cannot reach. A candidate that left `build/compile.json` as a link to the judge's own files, or rewrote
+its `candidate.py` from a static initializer while it was built, changes nothing the parent reads.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -27,11 +42,14 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
+from sandbox.build_hooks import ACCELERATOR_WORDS
+
 if TYPE_CHECKING:
     from sandbox.config import JudgeConfig
 
 SOURCE_FILE = "candidate.py"
-RESULT_FILE = "compile.json"
+RESULT_FILE = "result.json"
+BUILD_DIR = "build"
 LOG_LIMIT = 200_000
 """Characters of compiler output kept with a verdict; the first error lines always survive."""
 
@@ -133,6 +151,29 @@ def build_key(source: str, chain: str) -> str:
     return hashlib.sha256(f"{chain}\n\0{source}".encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class KeyPaths:
+    """Where one build key's files live (see the module docstring for who may write each)."""
+
+    key_dir: Path
+
+    @classmethod
+    def of(cls, build_root: Path, key: str) -> "KeyPaths":
+        return cls(build_root / key)
+
+    @property
+    def source(self) -> Path:
+        return self.key_dir / SOURCE_FILE
+
+    @property
+    def result(self) -> Path:
+        return self.key_dir / RESULT_FILE
+
+    @property
+    def build(self) -> Path:
+        return self.key_dir / BUILD_DIR
+
+
 @contextmanager
 def build_lock(build_root: Path, key: str) -> Iterator[None]:
     """One builder per key across processes; others wait, then reuse the result."""
@@ -155,16 +196,146 @@ class BuildResult:
     error: dict | None = None
     tripwire_hits: tuple[str, ...] = ()
     timed_out: bool = False
+    infrastructure: str | None = None
+    """Why this build says nothing about the candidate: the compiler or the build child was killed, the
+    sandbox did not start, the child broke the protocol, the disk was full, a precompiled header was at
+    fault. A system_error, never stored: the next attempt builds again."""
+    refused: str | None = None
+    """What the build left in its directory that the judge will not read (a link, a special file)."""
     cached: bool = False
 
-    def to_json(self) -> str:
-        return json.dumps({k: v for k, v in self.__dict__.items() if k != "cached"})
+    @property
+    def storable(self) -> bool:
+        """Whether this outcome is the candidate's own, and so the same next time."""
+        return not self.timed_out and self.infrastructure is None
+
+    def to_record(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "cached"}
 
     @classmethod
-    def from_json(cls, text: str) -> "BuildResult":
-        data = json.loads(text)
-        data["tripwire_hits"] = tuple(data.get("tripwire_hits", ()))
+    def from_record(cls, data: dict) -> "BuildResult":
+        data = {**data, "tripwire_hits": tuple(data.get("tripwire_hits", ()))}
         return cls(**data, cached=True)
+
+
+def accelerator_config(config: "JudgeConfig", target: str) -> str:
+    """Everything besides the toolchain that took part in a build: which accelerators were offered, and the
+    versions of the code that offers them. Part of every stored outcome (`load_result`)."""
+    from sandbox import build_accel, build_hooks
+
+    return json.dumps({
+        "precompiled_headers": config.precompiled_headers, "pch_subset": config.pch_subset,
+        "slim_headers": config.slim_headers and target == "cuda", "split_nvcc": config.split_nvcc and target == "cuda",
+        "pch_layout": build_accel.LAYOUT, "hooks": build_hooks.VERSION}, sort_keys=True)
+
+
+def load_result(paths: KeyPaths, accel: str) -> BuildResult | None:
+    """The stored outcome of this key's build, when it may be reused; None to build again.
+
+    A success is reused whatever accelerators built it: they change how fast main.cpp and the .cu compile,
+    never the object code (sandbox/build_accel.py, sandbox/slim_headers.py), and every fallback ends with
+    torch's own headers. A failure is reused only under the accelerator configuration that produced it: a
+    compile error that a PCH or the slim headers caused, and that a fixed judge would not give, must not
+    outlive the fix."""
+    try:
+        record = json.loads(_read_private(paths.result))
+        result = BuildResult.from_record(record["result"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):  # a torn or foreign file: build again, store anew
+        return None
+    if result.ok and not result.refused:
+        return result if paths.build.is_dir() else None
+    return result if record.get("accelerators") == accel else None
+
+
+def store_result(paths: KeyPaths, result: BuildResult, accel: str) -> None:
+    """Write the outcome beside the build, where only this process writes: a new file renamed into place, so
+    a reader sees the old outcome or the new one, never half of one. Raises OSError (a full disk)."""
+    _write_private(paths.result, json.dumps({"accelerators": accel, "result": result.to_record()}))
+
+
+def start_build(paths: KeyPaths, source: str) -> None:
+    """A fresh key directory: the checked source (the file both children import) and an empty build dir.
+    Whatever an earlier build of this key left is removed first (shutil.rmtree unlinks links, never follows
+    them). Raises OSError (a full disk)."""
+    clear_build(paths.key_dir)
+    paths.build.mkdir(parents=True)
+    _write_private(paths.source, source)
+
+
+def audit(build_dir: Path) -> str | None:
+    """What the build left in its directory that the judge will not read, or None when it is all plain files
+    and directories. The parent copies the build directory for every execution (sandbox/execute.py) and
+    reads ninja's files in it: a symbolic link there could point it at another build or the judge's own
+    files, a FIFO could block it, a device could be anything, a second hard link could tie two paths it
+    believes distinct. Nothing honest makes any of these: torch, ninja and g++ write plain files."""
+    for root, dirs, files in os.walk(build_dir):  # never descends into a linked directory
+        for name in [*dirs, *files]:
+            path = Path(root) / name
+            info = path.lstat()
+            where = path.relative_to(build_dir)
+            if stat.S_ISLNK(info.st_mode):
+                return f"a symbolic link at {where}"
+            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                return f"a special file (not a regular file or directory) at {where}"
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                return f"a file with {info.st_nlink} hard links at {where}"
+    return None
+
+
+def place_source(paths: KeyPaths) -> None:
+    """Put the checked source at build/candidate.py, replacing whatever the build left there.
+
+    Why: the execution child is started on a copy of the build directory (sandbox/execute.py) and imports
+    /build/candidate.py unless it is told another source (sandbox/supervisor.ChildSession's `source`).
+    Written through a descriptor of the build directory, without following a link, as a new file: what the
+    build wrote there (a link, a rewritten module) is gone first. Run only after `audit` passed."""
+    fd = os.open(paths.build, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        try:
+            os.unlink(SOURCE_FILE, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        out = os.open(SOURCE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=fd)
+        with os.fdopen(out, "w", encoding="utf-8") as fh:
+            fh.write(_read_private(paths.source))
+    finally:
+        os.close(fd)
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _read_private(path: Path) -> str:
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as fh:
+        return fh.read()
+
+
+_KILLED = re.compile(r"Killed signal terminated program|internal compiler error: Killed|virtual memory exhausted"
+                     r"|out of memory allocating|No space left on device|cannot allocate memory", re.I)
+"""The compiler was killed (the host's OOM killer, a dying worker) or ran out of memory or disk: the host's
+failure, which says nothing about the code."""
+def infrastructure_failure(error_message: str) -> str | None:
+    """Why a failed build is the judge's or the host's doing rather than the candidate's, or None. Read from the
+    message torch raised, which holds the output of the last ninja run only: earlier runs that the build hooks
+    retried (sandbox/build_hooks.py) may name the accelerators without being the build's outcome."""
+    killed = _KILLED.search(error_message)
+    if killed:
+        return f"the compiler did not finish ({killed.group(0)})"
+    accel = ACCELERATOR_WORDS.search(error_message)
+    if accel:
+        return f"the build failed with the judge's accelerators in its way ({accel.group(0)}) after every fallback"
+    return None
 
 
 def first_errors(log: str, limit: int = 5) -> list[str]:

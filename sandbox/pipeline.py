@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ class PreparedCandidate:
     build_key: str
     """sha256 of (source, toolchain): names the build directory; equal keys are compiled once."""
     build_dir: Path
+    """The candidate's build directory (its /build when it was built): written by candidate code, never trusted."""
+    source_path: Path
+    """The checked source, judge-owned, outside build_dir: what a child must import (sandbox/compile.py)."""
     toolchain: str
     target: str
     """"cpu" or "cuda": what the extensions were built for."""
@@ -100,72 +103,119 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
 
     chain = build.toolchain(target)
     key = build.build_key(source, chain)
-    build_dir = config.build_root / key
+    paths = build.KeyPaths.of(config.build_root, key)
     t0 = time.monotonic()
-    with build.build_lock(config.build_root, key):
-        result_path = build_dir / build.RESULT_FILE
-        if result_path.exists():
-            result = build.BuildResult.from_json(result_path.read_text())
-        else:
-            build.clear_build(build_dir)
-            build_dir.mkdir(parents=True)
-            (build_dir / build.SOURCE_FILE).write_text(source)
-            try:
-                result = _run_build(task, build_dir, target, config)
-            except isolation.IsolationError as exc:
-                return _verdict(Status.SYSTEM_ERROR, f"the build sandbox could not start: {exc}", task.id.value,
-                                target, sha, **common)
-            if not result.timed_out:
-                result_path.write_text(result.to_json())
+    try:
+        result = _build_once(task, paths, source, target, config)
+    except OSError as exc:  # the cache disk (full, read-only): ours, and nothing is stored
+        return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id.value, target,
+                        sha, details={"stage": "compile"}, **common)
     stages["compile"] = time.monotonic() - t0
     log = build.trim_log(result.log)
     fields = dict(toolchain=chain, compile_log=log, **common)
-    if result.tripwire_hits:
-        return _verdict(Status.POLICY_VIOLATION, f"called {result.tripwire_hits[0]} while being imported",
-                        task.id.value, target, sha, details={"stage": "compile", "rule": "forbidden_operator",
-                                                            "calls": list(result.tripwire_hits)}, **fields)
-    if result.timed_out:
-        return _verdict(Status.TIMEOUT, f"compilation did not finish within {config.compile_timeout_s:.0f} s",
-                        task.id.value, target, sha, details={"stage": "compile"}, **fields)
-    if result.build_failed:
-        errors = build.first_errors(result.log)
-        head = "\n".join(errors) if errors else (result.error or {}).get("message", "")[:2000]
-        return _verdict(Status.COMPILE_ERROR, f"the extension failed to compile:\n{head}", task.id.value, target, sha,
-                        details={"stage": "compile", "errors": errors}, **fields)
+    rejected = _rejection(result, task.id.value, target, sha, config, fields)
+    if rejected is not None:
+        return rejected
     return PreparedCandidate(task_id=task.id.value, source=source, source_sha256=sha, build_key=key,
-                             build_dir=build_dir, toolchain=chain, target=target, imports=report.imports,
-                             stages=stages, compile_log=log, compile_cached=result.cached,
+                             build_dir=paths.build, source_path=paths.source, toolchain=chain, target=target,
+                             imports=report.imports, stages=stages, compile_log=log, compile_cached=result.cached,
                              build_advice=build_advice.advice(result.log, result.seconds))
 
 
-def _run_build(task: Task, build_dir: Path, target: str, config: JudgeConfig) -> build.BuildResult:
-    """Import the candidate in a GPU-less isolated child so its extensions build into build_dir."""
+def _build_once(task: Task, paths: build.KeyPaths, source: str, target: str, config: JudgeConfig) -> build.BuildResult:
+    """This key's stored outcome, or a fresh build's, stored when it is the candidate's own. One builder per
+    key at a time (the lock); the parent never follows anything the build left in paths.build."""
+    accel = build.accelerator_config(config, target)
+    with build.build_lock(config.build_root, paths.key_dir.name):
+        stored = build.load_result(paths, accel)
+        if stored is not None:
+            return stored
+        build.start_build(paths, source)
+        result = _run_build(task, paths, target, config)
+        if result.storable:
+            refused = build.audit(paths.build)
+            if refused:
+                build.clear_build(paths.build)
+                result = replace(result, refused=refused)
+            else:
+                build.place_source(paths)
+            build.store_result(paths, result, accel)
+        return result
+
+
+def _rejection(result: build.BuildResult, task_id: str, target: str, sha: str, config: JudgeConfig,
+               fields: dict[str, Any]) -> Verdict | None:
+    """The verdict of a build that ends the candidate's judging here, or None when it goes on to execution."""
+    if result.infrastructure:
+        return _verdict(Status.SYSTEM_ERROR, f"the build failed for reasons of the judge's: {result.infrastructure}",
+                        task_id, target, sha, details={"stage": "compile", "infrastructure": result.infrastructure},
+                        **fields)
+    if result.refused:
+        return _verdict(Status.POLICY_VIOLATION, f"the build left {result.refused}: a build directory may hold only "
+                        "regular files and directories", task_id, target, sha,
+                        details={"stage": "compile", "rule": "build_directory"}, **fields)
+    if result.tripwire_hits:
+        return _verdict(Status.POLICY_VIOLATION, f"called {result.tripwire_hits[0]} while being imported",
+                        task_id, target, sha, details={"stage": "compile", "rule": "forbidden_operator",
+                                                       "calls": list(result.tripwire_hits)}, **fields)
+    if result.timed_out:
+        return _verdict(Status.TIMEOUT, f"compilation did not finish within {config.compile_timeout_s:.0f} s",
+                        task_id, target, sha, details={"stage": "compile"}, **fields)
+    if result.build_failed:
+        errors = build.first_errors(result.log)
+        head = "\n".join(errors) if errors else (result.error or {}).get("message", "")[:2000]
+        return _verdict(Status.COMPILE_ERROR, f"the extension failed to compile:\n{head}", task_id, target, sha,
+                        details={"stage": "compile", "errors": errors}, **fields)
+    return None
+
+
+def _run_build(task: Task, paths: build.KeyPaths, target: str, config: JudgeConfig) -> build.BuildResult:
+    """Import the candidate in a GPU-less isolated child so its extensions build into paths.build. A failure of
+    the sandbox, the child or the host comes back as `infrastructure`, never as the candidate's outcome."""
     extra = {"TORCH_CUDA_ARCH_LIST": build.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
     started = time.monotonic()
-    accel_env, accel_binds = build.accelerators(config, target, (build_dir / build.SOURCE_FILE).read_text())
+
+    def ours(why: str, log: str = "", error: dict | None = None) -> build.BuildResult:
+        return build.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
+                                 error=error, infrastructure=why)
+
+    accel_env, accel_binds = build.accelerators(config, target, paths.source.read_text())
     extra.update(accel_env)
-    session = ChildSession("compile", task.id.value, "cpu", build_dir, config, gpu=False, extra_env=extra,
-                           extra_binds=accel_binds,
-                           wall_s=config.compile_timeout_s + 30)
+    try:
+        session = ChildSession("compile", task.id.value, "cpu", paths.build, config, gpu=False, extra_env=extra,
+                               extra_binds=accel_binds, source=paths.source, wall_s=config.compile_timeout_s + 30)
+    except (isolation.IsolationError, OSError) as exc:
+        return ours(f"the build sandbox could not start: {exc}")
     try:
         reply = session.receive(config.compile_timeout_s)
     except ChildFailure as failure:
-        timed_out = failure.kind == "timeout"
+        error = {"type": failure.kind, "message": str(failure)}
+        if failure.kind == "timeout":
+            return build.BuildResult(ok=False, build_failed=False, log=failure.stderr,
+                                     seconds=time.monotonic() - started, error=error, timed_out=True)
+        if failure.kind in ("oom", "protocol") or failure.signal_name == "SIGKILL":
+            # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran) or a garbled
+            # reply: the build has no outcome to judge. The service retries a system_error a bounded number of
+            # times, so a candidate that does this to itself on purpose ends there.
+            return ours(f"the build child failed: {failure}", failure.stderr, error)
+        # It exited, or faulted, while importing the candidate: the candidate's doing, judged where it happens
+        # again, in the execution child (an exit at import is tampering; a crash, a runtime error).
         return build.BuildResult(ok=False, build_failed=False, log=failure.stderr, seconds=time.monotonic() - started,
-                                 error={"type": failure.kind, "message": str(failure)}, timed_out=timed_out)
+                                 error=error)
     finally:
         session.close()
     log = session.stderr()
     try:
         header = msg.parse_reply(reply.header, msg.BuildReply)
     except msg.ProtocolError as exc:
-        return build.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
-                                 error={"type": "protocol", "message": f"the build child broke the protocol: {exc}"})
+        return ours(f"the build child broke the protocol: {exc}", log)
     error = header.error.model_dump() if header.error else None
     if error:
         log = f"{error['message']}\n{log}"
+    why = build.infrastructure_failure(error["message"]) if error and header.build_failed else None
     return build.BuildResult(ok=header.ok, build_failed=header.build_failed, log=log,
-                             seconds=time.monotonic() - started, error=error, tripwire_hits=tuple(header.tripwire_hits))
+                             seconds=time.monotonic() - started, error=error, tripwire_hits=tuple(header.tripwire_hits),
+                             infrastructure=why)
 
 
 def judge(task_id: str, raw_source: str, device: str = "cpu", *, config: JudgeConfig | None = None) -> Verdict:

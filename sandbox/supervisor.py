@@ -25,6 +25,10 @@ from sandbox.config import JudgeConfig
 
 BUILD_MOUNT = "/build"
 CODE_MOUNT = "/judge"
+SOURCE_MOUNT = "/source/candidate.py"
+"""Where a bubblewrap child finds the judged source when it is given one (`ChildSession`'s `source`): a
+judge-owned file bound read-only, so nothing the candidate runs (at build time or since) can change the
+module a later child imports."""
 MEMORY_RUNAWAY_BYTES = 1 << 30
 """A call that times out after its tree grew by this much memory was exhausting memory, not computing.
 Why not wait for the memory limit: where the host pages memory in slowly (seen on the CI machine: ~200
@@ -118,18 +122,28 @@ class ChildSession:
     `pre_started`: a spare (sandbox/warm.py) that answers `Started` once its interpreter and torch are up, then
     waits for `Begin`, which names the task, before it touches the device; `task_id` may then be empty.
     `context_at_start`: such a spare creates its device context before `Started` (no kernel of its own yet).
+    `source`: the judge-owned file holding the checked source (sandbox/compile.KeyPaths.source), bound read-only
+    at SOURCE_MOUNT and imported from there; without it the child imports `candidate.py` in its build
+    directory, which is as writable as the rest of that directory.
     """
 
     def __init__(self, mode: str, task_id: str, device: str, work_dir: Path, config: JudgeConfig,
                  *, gpu: bool, extra_env: dict[str, str] | None = None, wall_s: float,
                  pre_started: bool = False, context_at_start: bool = False,
-                 extra_binds: dict[Path, str] | None = None) -> None:
+                 extra_binds: dict[Path, str] | None = None, source: Path | None = None) -> None:
         self.mechanism = isolation.available_mechanism(config.isolation)
         paths = ChildPaths.for_mechanism(self.mechanism, work_dir)
+        extra_binds = dict(extra_binds or {})
+        if source is None:
+            source_arg = f"{paths.build}/candidate.py"
+        elif self.mechanism == "bwrap":
+            extra_binds[source] = source_arg = SOURCE_MOUNT
+        else:
+            source_arg = str(source)  # the weaker mechanisms share the host's files (sandbox/isolation.py)
         cmd_r, self._cmd_w = os.pipe()
         self._res_r, res_w = os.pipe()
         argv = [sys.executable, "-B", "-m", "sandbox.child", mode, "--task", task_id, "--device", device,
-                "--source", f"{paths.build}/candidate.py", "--cmd-fd", str(cmd_r), "--res-fd", str(res_w)]
+                "--source", source_arg, "--cmd-fd", str(cmd_r), "--res-fd", str(res_w)]
         if pre_started:
             argv.append("--pre-started")
             if context_at_start:
@@ -139,7 +153,7 @@ class ChildSession:
             env=child_env(config, paths, {"JUDGE_PRIVATE_PIDS": "1" if self.mechanism != "none" else "0",
                                           **(extra_env or {})}),
             writable_dir=work_dir,
-            readonly_binds={**code_binds(), **(extra_binds or {})},  # extra: e.g. the build accelerators
+            readonly_binds={**code_binds(), **extra_binds},  # extra: e.g. the build accelerators, the source
             gpu=gpu,
             limits=isolation.Limits(
                 wall_s=wall_s,
