@@ -19,10 +19,22 @@ MAX_JSON_INT = 2**63 - 1
 back unchanged."""
 
 
-def _no_nul(text: str) -> str:
+MAX_JSON_DEPTH = 32
+"""Nesting of objects and lists inside `sampling` and `metadata`: deeper than any run bookkeeping, and far from the
+recursion limits of the readers of these columns (this module's checks, json, PostgreSQL's jsonb)."""
+
+
+def _plain_text(text: str) -> str:
     # PostgreSQL text cannot hold NUL, and no legitimate name, tag or Python source contains one.
     if "\x00" in text:
         raise ValueError(f"contains a NUL character (at offset {text.index(chr(0))}); remove it")
+    if not text.isascii():
+        # A JSON escape can carry an unpaired surrogate (Python's json reads "\ud800"); no database stores it.
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"is not valid UTF-8 (an unpaired surrogate at character {exc.start}); "
+                             "send UTF-8 text") from None
     return text
 
 
@@ -31,7 +43,7 @@ NO_NUL = r"^[^\x00]*$"
 
 
 class _DocumentNoNul:
-    """Adds NO_NUL to a string's JSON schema, so the document says what _no_nul enforces (with its own message)."""
+    """Adds NO_NUL to a string's JSON schema, so the document says what _plain_text enforces (with its message)."""
 
     def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
         schema = handler(core_schema)
@@ -39,31 +51,69 @@ class _DocumentNoNul:
         return schema
 
 
-Text = Annotated[str, AfterValidator(_no_nul), _DocumentNoNul()]
-"""A string without NUL characters: every text field clients send."""
+Text = Annotated[str, AfterValidator(_plain_text), _DocumentNoNul()]
+"""A string without NUL characters (and valid UTF-8): every text field clients send."""
+
+Tag = Annotated[Text, Field(max_length=200)]
 
 
-def _plain_json(value: Any, path: str = "") -> None:
+def _plain_json(value: Any, path: str = "", depth: int = 0) -> None:
     """Refuse what JSON columns cannot store faithfully: NaN and infinities (PostgreSQL rejects them, SQLite
-    stores null), NUL characters, integers beyond 64 bits."""
+    stores null), NUL characters, integers beyond 64 bits; and nesting deeper than MAX_JSON_DEPTH."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{path or 'value'} is {value}; only finite numbers are accepted")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_JSON_INT:
         raise ValueError(f"{path or 'value'} is beyond 64 bits; send it as a string")
+    if isinstance(value, (dict, list)) and depth >= MAX_JSON_DEPTH:
+        raise ValueError(f"{path or 'value'} nests objects and lists more than {MAX_JSON_DEPTH} deep; flatten it")
     if isinstance(value, str):
-        _no_nul(value)
+        _plain_text(value)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _no_nul(key)
-            _plain_json(item, f"{path}.{key}" if path else key)
+            _plain_text(key)
+            _plain_json(item, f"{path}.{key}" if path else key, depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _plain_json(item, f"{path}[{i}]")
+            _plain_json(item, f"{path}[{i}]", depth + 1)
 
 
 def _plain_json_object(value: dict[str, Any]) -> dict[str, Any]:
     _plain_json(value)
     return value
+
+
+PlainJson = Annotated[dict[str, Any], AfterValidator(_plain_json_object)]
+"""A free-form JSON object both databases store and give back unchanged."""
+
+
+def json_integer(value: Any) -> Any:
+    """What JSON Schema calls an integer: a number without a fractional part (3 or 3.0); never true/false or "3",
+    which pydantic's lax mode would turn into 1/0 and 3."""
+    if isinstance(value, (bool, str, bytes)):
+        # ValueError, not TypeError: pydantic turns only ValueError into a validation error (a 422).
+        raise ValueError("must be a JSON integer, not a boolean or a string")  # noqa: TRY004
+    return value
+
+
+class SampleFields(BaseModel):
+    """What describes a sample, whichever way it arrives (POST /v1/submissions, a line of a batch, an item of
+    POST /v1/rewards): one definition, so every entry point refuses the same values with the same message."""
+
+    # Documented as the list of task ids; an unknown one answers 404 listing them (not a bare 422).
+    task: Text = Field(max_length=64, description="Task id, e.g. `kl_div` (see GET /v1/tasks).",
+                       json_schema_extra={"enum": [t.id.value for t in all_tasks()]})
+    model: Text | None = Field(default=None, max_length=200, description="Name of the model that wrote it.")
+    sampling: PlainJson = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": NO_NUL}},
+        description="Sampling parameters, free-form JSON: finite numbers within 64 bits, no NUL in any string.")
+    sample_index: int | None = Field(default=None, ge=0, le=MAX_SAMPLE_INDEX,
+                                     description="Index of this sample among several (an integer, not a boolean).")
+    tags: list[Tag] = Field(default_factory=list, max_length=32, description="Free-form labels.")
+
+    @field_validator("sample_index", mode="before")
+    @classmethod
+    def _json_integer(cls, value: Any) -> Any:
+        return json_integer(value)
 
 
 class ErrorItem(BaseModel):
@@ -81,7 +131,7 @@ class ErrorBody(BaseModel):
     limit_bytes: int | None = Field(default=None, description="With a 413: the limit that was exceeded.")
 
 
-class SubmissionCreate(BaseModel):
+class SubmissionCreate(SampleFields):
     """A candidate for one task. `source` is either a bare Python module defining `ModelNew` or a raw LLM
     completion (the last ```python block is the candidate)."""
 
@@ -90,35 +140,14 @@ class SubmissionCreate(BaseModel):
         "model": "my-llm-7b", "sampling": {"temperature": 0.8, "top_p": 0.95}, "sample_index": 3,
         "tags": ["run-42"], "idempotency_key": "run-42/kl_div/3"}]})
 
-    # Documented as the list of task ids; an unknown one answers 404 listing them (not a bare 422).
-    task: Text = Field(max_length=64, description="Task id, e.g. `kl_div` (see GET /v1/tasks).",
-                       json_schema_extra={"enum": [t.id.value for t in all_tasks()]})
     # Documented as not blank (a non-space character somewhere) and without NUL; the dependency that parses the
     # body refuses a blank source with its own message, so the check is not repeated here.
     source: Text = Field(description="The candidate module or raw completion, UTF-8 text, not blank.",
                          json_schema_extra={"minLength": 1, "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"})
-    model: Text | None = Field(default=None, max_length=200, description="Name of the model that wrote it.")
-    sampling: Annotated[dict[str, Any], AfterValidator(_plain_json_object)] = Field(
-        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": NO_NUL}},
-        description="Sampling parameters, free-form JSON: finite numbers within 64 bits, no NUL in any string.")
-    sample_index: int | None = Field(default=None, ge=0, le=MAX_SAMPLE_INDEX,
-                                     description="Index of this sample among several (an integer, not a boolean).")
-    tags: list[Annotated[Text, Field(max_length=200)]] = Field(default_factory=list, max_length=32,
-                                                               description="Free-form labels.")
     idempotency_key: Text | None = Field(
         default=None, min_length=1, max_length=200,
         description="Client key: resubmitting with the same key returns the first submission instead of a new one. "
                     "May also be sent as the `Idempotency-Key` header.")
-
-    @field_validator("sample_index", mode="before")
-    @classmethod
-    def _json_integer(cls, value: Any) -> Any:
-        # What JSON Schema calls an integer: a number without a fractional part (3 or 3.0); never true/false or
-        # "3", which pydantic's lax mode would turn into 1/0 and 3.
-        if isinstance(value, (bool, str, bytes)):
-            # ValueError, not TypeError: pydantic turns only ValueError into a validation error (a 422).
-            raise ValueError("must be a JSON integer, not a boolean or a string")  # noqa: TRY004
-        return value
 
 
 class SubmissionAccepted(BaseModel):

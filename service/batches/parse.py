@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic_core
 from pydantic import ValidationError
 
 from reference import UnknownTask, all_tasks, get_task
@@ -99,16 +100,42 @@ def _collect(items: list[tuple[int, Any]], max_source_bytes: int, parsed: Parsed
     return parsed
 
 
+TOO_DEEP = "nests arrays and objects deeper than the JSON reader allows (about 1,000 levels)"
+
+
+def _loads(text: str) -> Any:
+    """json.loads, with what it raises besides JSONDecodeError made a ValueError that says what to fix."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
+    except ValueError:  # Python reads integers of at most 4,300 digits (sys.get_int_max_str_digits)
+        raise ValueError("holds an integer of more than 4,300 digits; send such a number as a string") from None
+
+
 def _jsonl(text: str) -> list[tuple[int, Any] | LineError]:
     out: list[tuple[int, Any] | LineError] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            out.append((number, json.loads(line)))
+            out.append((number, _loads(line)))
         except json.JSONDecodeError as exc:
             out.append(LineError(line=number, error=f"not valid JSON at column {exc.colno}: {exc.msg}"))
+        except ValueError as exc:
+            out.append(LineError(line=number, error=f"the line {exc}"))
     return out
+
+
+def _where_too_deep(text: str) -> str:
+    """Where a document passes pydantic's JSON depth limit (well below json's), to name it in the error."""
+    try:
+        pydantic_core.from_json(text)
+    except ValueError as exc:
+        return f" ({exc})"
+    return ""
 
 
 def parse_upload(body: bytes, content_type: str, max_source_bytes: int, max_samples: int) -> Parsed:
@@ -121,10 +148,14 @@ def parse_upload(body: bytes, content_type: str, max_source_bytes: int, max_samp
     parsed = Parsed()
     if content_type in JSON_TYPES:
         try:
-            document = json.loads(text)
+            document = _loads(text)
         except json.JSONDecodeError as exc:
             raise UploadError(422, f"the body is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                                    "for one sample per line send application/x-ndjson") from None
+        except ValueError as exc:
+            where = _where_too_deep(text) if str(exc) == TOO_DEEP else ""
+            raise UploadError(422, f"the body {exc}{where}; a sample is an object of strings, numbers and small "
+                                   "JSON objects") from None
         if isinstance(document, dict):
             try:
                 envelope = BatchCreate.model_validate(document)

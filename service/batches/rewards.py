@@ -54,7 +54,8 @@ class VerdictSummary:
 class RewardParams(BaseModel):
     """The reward formula's parameters (see the module docstring); every one has a published default."""
 
-    model_config = ConfigDict(extra="forbid")
+    # NaN or an infinity would make every reward (and the JSON answer) meaningless.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: float = Field(default=0.0, description="Added when a candidate module was found.")
     compile: float = Field(default=0.1, description="Added when the candidate compiled (TritonForge: 0.1).")

@@ -5,34 +5,38 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.api.schemas import NO_NUL, PlainJson, SampleFields, Tag, Text, json_integer
 from service.batches.rewards import RewardParams
 from service.queue.states import JobState
 
 BatchState = Literal["running", "done", "cancelled"]
 
 
-class Sample(BaseModel):
-    """One sample of a batch: one JSON object per line of a JSONL upload, or one item of a JSON list."""
+class Sample(SampleFields):
+    """One sample of a batch: one JSON object per line of a JSONL upload, or one item of a JSON list (or of
+    POST /v1/rewards). Its common fields are POST /v1/submissions' (service.api.schemas.SampleFields): every
+    entry point refuses the same values."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "task": "kl_div", "completion": "Let me think...\n```python\nclass ModelNew(nn.Module): ...\n```",
         "model": "my-llm-7b", "sample_index": 3, "sampling": {"temperature": 0.8}, "metadata": {"run": 42}}]})
 
-    task: str = Field(description="Task id, e.g. `kl_div` (see GET /v1/tasks).")
-    source: str | None = Field(default=None, description="A Python module defining ModelNew (or a completion).")
-    completion: str | None = Field(default=None, description="A raw LLM completion; the last ```python block that "
-                                                              "defines ModelNew is judged. Exactly one of source "
-                                                              "and completion.")
-    model: str | None = Field(default=None, max_length=200)
-    sample_index: int | None = Field(default=None, ge=0, le=2**63 - 1)
-    sampling: dict[str, Any] = Field(default_factory=dict, description="Sampling parameters, free-form.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form; returned with the results.")
-    parent_id: str | None = Field(default=None, max_length=32,
-                                  description="The submission this one refines (the previous turn).")
+    source: Text | None = Field(default=None, description="A Python module defining ModelNew (or a completion).")
+    completion: Text | None = Field(default=None, description="A raw LLM completion; the last ```python block that "
+                                                               "defines ModelNew is judged. Exactly one of source "
+                                                               "and completion.")
+    metadata: PlainJson = Field(default_factory=dict, json_schema_extra={"propertyNames": {"pattern": NO_NUL}},
+                                description="Free-form JSON, returned with the results (as `sampling`).")
+    parent_id: Text | None = Field(default=None, max_length=32,
+                                   description="The submission this one refines (the previous turn).")
     turn: int | None = Field(default=None, ge=0, le=1000, description="Refinement turn (0 = first attempt).")
-    tags: list[str] = Field(default_factory=list, max_length=32)
+
+    @field_validator("turn", mode="before")
+    @classmethod
+    def _json_integer_turn(cls, value: Any) -> Any:
+        return json_integer(value)
 
     @model_validator(mode="after")
     def _one_text(self) -> Sample:
@@ -50,9 +54,9 @@ class BatchCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, max_length=200)
+    name: Text | None = Field(default=None, max_length=200)
     samples: list[Any] = Field(description="Samples (validated one by one: a bad one is reported, not fatal).")
-    tags: list[str] = Field(default_factory=list, max_length=32)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
 
 
 class LineError(BaseModel):
@@ -148,15 +152,16 @@ class ResultRow(BaseModel):
 # --- rewards --------------------------------------------------------------------------------------
 
 class RewardsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+    # allow_inf_nan: Python's JSON reader takes NaN and Infinity, which no comparison or response can carry.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={"examples": [{
         "task": "kl_div", "completions": ["...```python\nclass ModelNew...```", "..."], "model": "policy-step-120",
         "deadline_s": 300, "reward": {"speedup_transform": "log"}}]})
 
-    task: str | None = Field(default=None, description="Default task of the items.")
+    task: Text | None = Field(default=None, max_length=64, description="Default task of the items.")
     completions: list[Any] = Field(min_length=1, description="Raw completions (strings) or sample objects "
                                                              "(as in a batch: task, completion or source, ...).")
-    model: str | None = Field(default=None, max_length=200, description="Default model of the items.")
-    name: str | None = Field(default=None, max_length=200)
+    model: Text | None = Field(default=None, max_length=200, description="Default model of the items.")
+    name: Text | None = Field(default=None, max_length=200)
     deadline_s: float = Field(default=600.0, gt=0, le=3600, description="Answer by then, finished or not.")
     cancel_unfinished: bool = Field(default=False, description="At the deadline, cancel what is still queued.")
     reward: RewardParams = Field(default_factory=RewardParams)

@@ -57,8 +57,9 @@ def _parse(body: bytes, settings: Settings) -> tuple[RewardsRequest, Parsed]:
         request = RewardsRequest.model_validate_json(body)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"message": "invalid rewards request",
-                                                                    "errors": errors}) from None
+        first = errors[0]
+        message = f"invalid rewards request: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"message": message, "errors": errors}) from None
     if len(request.completions) > settings.max_batch_samples:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
                             f"{len(request.completions)} completions; the limit is {settings.max_batch_samples} "
