@@ -1,0 +1,94 @@
+"""The judge's build accelerators never change a verdict: every C++ candidate of the CPU corpus, judged with
+them (the config's defaults: precompiled headers, subset first) and without (`precompiled_headers=False`).
+
+Real builds in two fresh build roots, so that neither run can reuse the other's outcome; the PCH variants
+and the baselines come from the session's cache root (trusted artifacts the judge builds from torch alone,
+whatever the candidate). The accelerators act only at the build stage, and a build's products are the same
+either way (sandbox/build_accel.py), so most files are compared there (the outcome of `prepare`); the
+model-style files (`model_*`, written as models write kernels: repeated includes, their own PYBIND11_MODULE,
+include guards, odd flags, a raw completion) go through the whole judge both ways and must get the verdict
+their header declares.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sandbox import build_accel, execute
+from sandbox.config import JudgeConfig
+from sandbox.extract import extract_candidate
+from sandbox.pipeline import PreparedCandidate, prepare
+from sandbox.verdict import Verdict
+
+from .conftest import CORPUS, corpus_meta
+
+CPP_FILES = [p for p in sorted((CORPUS / "cpu").glob("*"))
+             if p.is_file() and "load_inline(" in p.read_text(encoding="utf-8")]
+MODEL_FILES = [p for p in CPP_FILES if p.name.startswith("model_")]
+PCH_OFFERED = "main.cpp offered the precompiled torch/extension.h"
+PCH_GIVEN_UP = "building it again without a precompiled header"
+
+
+def _stage_outcome(prepared: PreparedCandidate | Verdict) -> str:
+    return "built" if isinstance(prepared, PreparedCandidate) else prepared.status.value
+
+
+def _log(prepared: PreparedCandidate | Verdict) -> str:
+    return prepared.compile_log or ""
+
+
+def _precompilable(path: Path) -> bool:
+    """Whether the judge offers this candidate a PCH: literal, harmless extra_cflags (sandbox/build_accel.py)."""
+    return bool(build_accel.wanted_flag_sets(extract_candidate(path.read_text(encoding="utf-8"))))
+
+
+def test_the_model_style_files_cover_what_models_write() -> None:
+    texts = {p.name: extract_candidate(p.read_text(encoding="utf-8")) for p in MODEL_FILES}
+    assert len(MODEL_FILES) >= 6 and {corpus_meta(p)["task"] for p in MODEL_FILES} == {"kl_div", "cross_entropy"}
+    joined = "\n".join(texts.values())
+    assert sum("#include <torch/extension.h>" in t for t in texts.values()) >= 5
+    assert "#pragma once" in joined and "#ifndef" in joined and "PYBIND11_MODULE" in joined
+    assert re.search(r"#include <vector>\s*\n(#include <\w+>\s*\n)*#include <torch/extension.h>", joined)
+    for flags in ('["-O3"]', '["-std=c++17"]', '["-O3", "-ffast-math"]', '["-std=c++14"]'):
+        assert f"extra_cflags={flags}" in joined, flags
+    assert any(p.suffix == ".md" for p in MODEL_FILES)
+    assert any("PYBIND11_MODULE" in t and "functions=" not in t for t in texts.values())
+
+
+@pytest.mark.slow
+def test_accelerators_never_change_a_verdict(judge_config: JudgeConfig, tmp_path: Path) -> None:
+    on = replace(judge_config, build_root=tmp_path / "on")
+    off = replace(judge_config, build_root=tmp_path / "off", precompiled_headers=False)
+    runs = [(path, config) for path in CPP_FILES for config in (on, off)]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two builds at once: one per core of the CI machine
+        done = list(pool.map(lambda run: prepare(corpus_meta(run[0])["task"], run[0].read_text(encoding="utf-8"),
+                                                 target="cpu", config=run[1]), runs))
+    outcomes = {(path.name, config is on): prepared for (path, config), prepared in zip(runs, done)}
+
+    for path in CPP_FILES:
+        with_accel, without = outcomes[path.name, True], outcomes[path.name, False]
+        assert _stage_outcome(with_accel) == _stage_outcome(without), (
+            f"{path.name}: {_stage_outcome(with_accel)} with the accelerators, {_stage_outcome(without)} without\n"
+            f"{_log(with_accel)[-3000:]}")
+        assert PCH_OFFERED not in _log(without), path.name
+        if _precompilable(path):  # the accelerated build really used a PCH, to the end
+            assert PCH_OFFERED in _log(with_accel) and PCH_GIVEN_UP not in _log(with_accel), path.name
+        else:
+            assert PCH_OFFERED not in _log(with_accel), path.name
+
+    for path in MODEL_FILES:
+        expected = corpus_meta(path)["expect"]
+        statuses = []
+        for accelerated, config in ((True, on), (False, off)):
+            prepared = outcomes[path.name, accelerated]
+            verdict = execute(prepared, "cpu", config=config) if isinstance(prepared, PreparedCandidate) else prepared
+            statuses.append(verdict.status.value)
+            assert re.fullmatch(expected, verdict.status.value), f"{path.name}: {verdict.diagnosis}"
+            if "diagnosis" in corpus_meta(path):
+                assert re.search(corpus_meta(path)["diagnosis"], verdict.diagnosis), verdict.diagnosis
+        assert statuses[0] == statuses[1], path.name
