@@ -29,6 +29,13 @@ class JudgeConfig:
     """A fresh CUDA load_inline build took ~60 s on the H100 machine; 5x that is a hung compiler."""
     run_timeout_s: float = 300.0
     """Wall limit for the whole execution child (import, trials, timing)."""
+    load_timeout_s: float = 30.0
+    """Wall limit, in seconds, for importing the candidate in the execution child (its module and ModelNew()),
+    which holds the device. Its extensions are built by then and the child never compiles (sandbox/no_build.py),
+    so an honest import is Python running the module, ninja's dry run and the loading of each built library
+    (and Triton's import where used): 0.02-0.14 s for the C++ corpus candidates on a loaded 2-core CPU host,
+    a few seconds on an H100 host. 30 s is ~10x the latter, room for a loaded host and a cold page cache; the
+    limit used to be compile_timeout_s (300 s), which a compile under the device hold used up (issue 24)."""
     call_timeout_s: float = 30.0
     """Wall limit for one candidate forward call: the official kl_div reference takes ~4 ms on an H100."""
     memory_limit_bytes: int = 16 << 30

@@ -5,6 +5,10 @@ timing, extra shapes. Each phase is a method of `Execution`, timed by the one `s
 Until `candidate_loaded` is set, no candidate code has run, so a failure of the child is the judge's
 (system_error, retried); from then on it is the candidate's.
 
+Nothing is compiled while the device is held: the child loads only what the build stage built (an extension
+it would have to build is a compile_error, sandbox/no_build.py), and the load has a limit of seconds
+(JudgeConfig.load_timeout_s), not the build's minutes.
+
 Timing (the heart of the integrity scheme, see docs/threat-model.md): every timed call gets inputs from
 its own seed, drawn here with `secrets` and sent to the child only when its batch is armed, from a
 distribution drawn at random for that call. A batch of such calls runs back to back (sandbox/timing.py);
@@ -131,6 +135,11 @@ class Execution:
     warm: WarmChild | None = None
     """A pre-started child (sandbox/warm.py) to judge on instead of starting one; its device's gate keeps a
     spare's set-up out of this candidate's timed phases."""
+    build_dir: Path | None = None
+    """The build stage's directory for this candidate (PreparedCandidate.build_dir)."""
+    source_path: Path | None = None
+    """The judge-owned checked source (PreparedCandidate.source_path), bound read-only into a child started
+    here: nothing the candidate wrote into its build directory can change the module imported."""
 
     @property
     def is_cuda(self) -> bool:
@@ -182,6 +191,9 @@ class Execution:
                         rule="processes")
         if not reply.ok:
             error = reply.error or msg.ErrorInfo(type="error", message="")
+            if error.kind is msg.FailureKind.NOT_BUILT:
+                raise _Stop(Status.COMPILE_ERROR, f"{step}: {error.message[:3000]}", stage="load", rule="not_built",
+                            error=error.model_dump(mode="json"))
             what = f"{error.type}: {error.message[:1500]}"
             where = f" at {error.where}" if error.where else ""
             info = error.model_dump()
@@ -221,7 +233,8 @@ class Execution:
             self.stages.update(self.warm.pre_stages())
             return
         self.session = ChildSession("execute", self.task.id.value, self.device, work_dir, self.config,
-                                    gpu=self.is_cuda, wall_s=self.config.run_timeout_s)
+                                    gpu=self.is_cuda, wall_s=self.config.run_timeout_s,
+                                    extra_env=self.extensions_env(), source=self.source_path)
         fields["environment"] = describe(self.device, self.session.mechanism)
         self.read(self.session.receive(READY_TIMEOUT_S), msg.Ready, "start-up")
 
@@ -236,10 +249,34 @@ class Execution:
         batch = (official,) * self.batch_size()
         self.empty_calls = [self.timed_batch(i, batch, empty=True) for i in range(EMPTY_CALLS)]
 
+    def extensions_env(self) -> dict[str, str]:
+        """Where the child finds the build stage's extensions, when not in its private copy.
+
+        Under bubblewrap both children see their build directory at /build, so the copy is where the build
+        was. The weaker mechanisms (development only) show host paths: in a copy at another path ninja would
+        find every command changed and the child would refuse to build, so the child is pointed at the build
+        stage's own directory. Those mechanisms show candidates the host's files anyway: the copy protects
+        nothing there."""
+        if self.build_dir is None or isolation.available_mechanism(self.config.isolation) == "bwrap":
+            return {}
+        return {"TORCH_EXTENSIONS_DIR": str(self.build_dir / "ext")}
+
     def load(self) -> None:
-        """Import the candidate: from here on, the child runs code we do not trust."""
+        """Import the candidate: from here on, the child runs code we do not trust. Its extensions are built
+        already, so the import is bounded by `load_timeout_s`; a child still importing then is ended."""
         self.candidate_loaded = True
-        self.ask(msg.Load(), msg.LoadReply, "import of the candidate", self.config.compile_timeout_s)
+        limit = self.config.load_timeout_s
+        try:
+            self.ask(msg.Load(), msg.LoadReply, "import of the candidate", limit)
+        except ChildFailure as failure:
+            if failure.kind != "timeout":
+                raise
+            tail = "\n".join(failure.stderr.strip().splitlines()[-15:])
+            raise _Stop(Status.TIMEOUT, f"the import of the candidate (its module and ModelNew()) did not finish "
+                        f"within load_timeout_s = {limit:g} s, while an honest import of built extensions takes a "
+                        "few seconds. Compiling belongs to the build stage, which builds every extension at "
+                        "import; the device stage only loads them. Move slow set-up out of the import"
+                        + (f"\nlast output:\n{tail}" if tail else ""), stage="load", failure="timeout") from None
 
     def correctness(self) -> None:
         """Fresh seeds over every distribution, in rounds of one trial per distribution; all must pass, and the
@@ -529,6 +566,7 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
         kind = TrainingExecution
     run = kind(task, device, config, task.official_shape if is_cuda else task.cpu_shape, dict(prepared.stages))
     run.warm = child
+    run.build_dir, run.source_path = prepared.build_dir, prepared.source_path
     base = {"task": task.id.value, "device": device, "source_sha256": prepared.source_sha256,
             "toolchain": prepared.toolchain, "imports": prepared.imports, "compile_log": prepared.compile_log}
 

@@ -7,6 +7,7 @@ untrusted: a candidate running in the child can write to the same pipe.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import select
@@ -216,11 +217,23 @@ def parse_command(header: dict[str, Any]) -> Command:
     return _COMMAND.validate_python(header)
 
 
+class FailureKind(enum.StrEnum):
+    """Failures the child names itself because the parent's verdict for them is not runtime_error.
+
+    Claimed by an untrusted process: a candidate that forges one only chooses a worse verdict for itself."""
+
+    NOT_BUILT = "not_built"
+    """An extension the build stage did not build; the child refused to compile it (sandbox/no_build.py):
+    compile_error."""
+
+
 class ErrorInfo(Message):
     type: str
     message: str
     where: str | None = None
     traceback: str = ""
+    kind: Annotated[FailureKind | None, Field(strict=False)] = None
+    """Set for the failures of `FailureKind` (validated from its JSON string)."""
 
 
 class Reply(Message):

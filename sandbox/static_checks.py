@@ -2,18 +2,69 @@
 
 What this catches: a missing ModelNew, references to the task's forbidden operators through any alias
 (`import torch.nn.functional as F; F.kl_div`, `from torch.nn.functional import kl_div as k`,
-`getattr(F, "kl_" + "div")`, `torch.ops.aten.kl_div`), and imports of the judge's own packages. What it
-cannot catch (strings built at run time, `exec`) is left to the run-time tripwires in the child.
+`getattr(F, "kl_" + "div")`, `torch.ops.aten.kl_div`), imports of the judge's own packages, and imports
+that cannot succeed here: a kernel language this host cannot run (TileLang, CuTe DSL, ...), anywhere in the
+module, or any other package that is not installed, imported at the top of the module. Those would end in
+ModuleNotFoundError only after the candidate had been given the device. What it cannot catch (strings built
+at run time, `exec`) is left to the run-time tripwires in the child.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 
 JUDGE_PACKAGES = ("reference", "sandbox", "service")
 """A candidate importing these is reaching for the reference or the harness."""
+
+KERNEL_LANGUAGES = {
+    "tilelang": "TileLang",
+    "cutlass": "CuTe DSL / CUTLASS Python",
+    "thunderkittens": "ThunderKittens",
+    "jax": "JAX / Pallas",
+    "cupy": "CuPy",
+    "numba": "Numba",
+    "pycuda": "PyCUDA",
+    "cuda": "CUDA Python (cuda-python)",
+    "mojo": "Mojo",
+    "max": "Mojo MAX",
+    "warp": "NVIDIA Warp",
+    "taichi": "Taichi",
+    "tvm": "Apache TVM",
+    "hidet": "Hidet",
+    "helion": "Helion",
+    "triton": "Triton",
+}
+"""Top-level modules of kernel languages, by the name people know them by. The list only names them: whether
+one can be judged is whether it imports here (`importable`), so installing TileLang in the judge's environment
+makes TileLang candidates judgeable with no change to this file."""
+
+IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+"""Handlers that catch a failed import: an import in the `try` body of one of these is a guarded optional
+import (the candidate falls back to something else), not a certain failure."""
+
+
+def importable(module: str) -> bool:
+    """Whether `module`'s top-level package is installed in this (the judge's) environment.
+
+    Only its spec is looked up: nothing of the package runs (a dotted name's spec would import its parent,
+    so the top level alone is asked). The execution child runs the same interpreter and site-packages.
+    """
+    top = module.split(".")[0]
+    if top in sys.modules or top in sys.builtin_module_names:  # imported already (find_spec would read its
+        return True                                            # __spec__, which __main__ may lack)
+    return importlib.util.find_spec(top) is not None
+
+
+def supported_languages() -> list[str]:
+    """What this host judges, for a diagnosis: CUDA C++ / C++ through torch's extension builder and PyTorch
+    always, Triton when it is installed."""
+    languages = ["CUDA C++ or C++ extensions built with torch.utils.cpp_extension (load_inline)"]
+    if importable("triton"):
+        languages.append("Triton kernels (@triton.jit)")
+    return [*languages, "PyTorch operators"]
 
 
 @dataclass(frozen=True)
@@ -55,10 +106,13 @@ class _Resolver(ast.NodeVisitor):
         self.dynamic: list[str] = []
         self.has_model_new = False
         self.model_new_has_forward = False
+        self.module_imports: list[tuple[str, ast.AST]] = []
+        """(module, the statement or call that imports it): what `_import_findings` checks."""
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self.imports.append(alias.name)
+            self.module_imports.append((alias.name, node))
             if alias.asname:
                 self.aliases[alias.asname] = alias.name
             else:
@@ -69,6 +123,8 @@ class _Resolver(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
         self.imports.append(module)
+        if node.level == 0:  # a relative import names no installed package
+            self.module_imports.append((module, node))
         for alias in node.names:
             qualified = f"{module}.{alias.name}" if module else alias.name
             self.aliases[alias.asname or alias.name] = qualified
@@ -109,11 +165,12 @@ class _Resolver(ast.NodeVisitor):
             if node.func.id in {"exec", "eval", "compile", "__import__"}:
                 self.dynamic.append(f"{node.func.id} (line {node.lineno})")
         name = self.qualify(node.func)
-        if name in {"importlib.import_module", "builtins.__import__"} and node.args:
+        if name in {"importlib.import_module", "builtins.__import__", "__import__"} and node.args:
             module = _const_str(node.args[0])
             if module:
                 self.imports.append(module)
                 self.references.append((module, node.lineno))
+                self.module_imports.append((module, node))
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
@@ -131,12 +188,72 @@ def _aten_python_names(aten_ops: frozenset[str]) -> set[str]:
     return {"torch.ops.aten." + op.split("::", 1)[1] for op in aten_ops if op.startswith("aten::")}
 
 
+def _listed(items: list[str]) -> str:
+    """"a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _catches_import_errors(handler: ast.ExceptHandler) -> bool:
+    """Whether an `except` clause catches a failed import (IMPORT_ERRORS, or a bare `except:`)."""
+    if handler.type is None:
+        return True
+    caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    names = {c.id if isinstance(c, ast.Name) else c.attr if isinstance(c, ast.Attribute) else "" for c in caught}
+    return bool(names & IMPORT_ERRORS)
+
+
+def _guarded(tree: ast.Module) -> set[int]:
+    """ids of the nodes inside a `try` body whose handlers catch a failed import."""
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Try, ast.TryStar)) and any(map(_catches_import_errors, node.handlers)):
+            guarded.update(id(inner) for statement in node.body for inner in ast.walk(statement))
+    return guarded
+
+
+def _import_findings(tree: ast.Module, imports: list[tuple[str, ast.AST]]) -> list[Finding]:
+    """Imports that cannot succeed here, one finding per top-level package.
+
+    A kernel language counts wherever it is imported (in a function, through importlib.import_module with a
+    literal name): the candidate's kernel is written in it. Any other package counts only when it is imported
+    by a statement at the top of the module, which certainly runs. Imports inside a `try` that catches
+    ImportError are the candidate's own fallbacks and never count.
+    """
+    guarded, top_level = _guarded(tree), {id(statement) for statement in tree.body}
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for module, node in imports:
+        top = module.split(".")[0]
+        if not top or top in seen or top in JUDGE_PACKAGES or id(node) in guarded:
+            continue
+        language = KERNEL_LANGUAGES.get(top)
+        if (language is None and id(node) not in top_level) or importable(top):
+            continue
+        seen.add(top)
+        line = getattr(node, "lineno", None)
+        if language is not None:
+            message = (f"line {line}: imports {module} ({language}), a kernel language this judge cannot run: "
+                       f"{top!r} is not installed here. This host judges {_listed(supported_languages())}; "
+                       "write the kernel in one of those.")
+            findings.append(Finding("unsupported_language", message, line))
+        else:
+            message = (f"line {line}: imports {module}, which is not installed in the judge's environment, so the "
+                       "candidate's import would fail. Import only torch, the standard library and installed "
+                       "packages, or guard an optional import with try/except ImportError and a fallback.")
+            findings.append(Finding("missing_module", message, line))
+    return findings
+
+
 def check_source(source: str, forbidden_names: frozenset[str], forbidden_aten_ops: frozenset[str]) -> StaticReport:
-    """Parse and check; raises SyntaxError for unparsable source (the caller turns that into a verdict)."""
+    """Parse and check; raises SyntaxError for unparsable source (the caller turns that into a verdict).
+
+    Findings that make the candidate impossible to run here (an unsupported kernel language, a package that
+    is not installed) come first: they are the answer a person needs, whatever else is wrong."""
     tree = ast.parse(source)
     resolver = _Resolver()
     resolver.visit(tree)
     report = StaticReport(imports=sorted(set(resolver.imports)), dynamic_code=resolver.dynamic)
+    report.findings.extend(_import_findings(tree, resolver.module_imports))
 
     if not resolver.has_model_new:
         report.findings.append(Finding("missing_model_new", "the module does not define class ModelNew"))
