@@ -1,0 +1,56 @@
+"""scripts/gpu/burst.py on the CPU: a fresh `kernel-judge serve`, a handful of CPU candidates at once, the report.
+
+The script runs as the lead runs it on a GPU host (a subprocess, the installed package), with `--device cpu`. The
+candidates need no C++ build (a fresh precompiled header alone is ~40 s here, minutes on a loaded machine; the burst
+test in tests/service/test_burst.py builds): one is decided by extraction, one by a run-time policy check, two by
+their first trial; so there is no honest candidate, and no slowest honest hold to compare with.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.conftest import corpus_meta
+from tests.service.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ["exception.py", "kl_div_torch_only.py", "kl_div_wrong_direction.py", "no_candidate.md"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_burst_script_on_the_cpu_reports_every_verdict_and_the_holds(tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "scripts/gpu/burst.py", "--device", "cpu", "--count", "6", "--out", str(out),
+            "--work", str(tmp_path / "work"), "--port", str(free_port()), "--timeout", "360",
+            "--include", *FILES]
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=450)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    report = json.loads((out / "burst.json").read_text())
+
+    assert report["count"] == report["done"] == report["as_expected"] == 6 and report["distinct_files"] == 4
+    for c in report["candidates"]:  # the script's reading of `expect:` agrees with the corpus test's
+        assert re.fullmatch(corpus_meta(ROOT / c["file"])["expect"], c["status"]), c
+    assert [c["copy"] for c in report["candidates"]] == [0, 0, 0, 0, 1, 1]
+    assert (tmp_path / "work" / "data" / "judge.db").exists() and (tmp_path / "work" / "cache").is_dir()
+
+    holds = report["holds"]
+    executed = [c for c in report["candidates"] if c["longest_hold_s"] is not None]
+    # Extraction decides the completion without a device; the other five hold it once each.
+    assert {c["file"].rsplit("/", 1)[1] for c in executed} == {"exception.py", "kl_div_torch_only.py",
+                                                               "kl_div_wrong_direction.py"}
+    assert holds["holds_total"] == len(executed) == 5 and holds["overlaps"] == 0 and holds["unplaced"] == 0
+    assert all(c["longest_hold_s"] > 0 for c in executed)
+    assert holds["slowest_honest_hold_s"] is None and holds["over_honest"] == []
+    (lane,) = holds["busy_fraction_burst"]
+    assert lane.endswith("/cpu") and 0 < holds["busy_fraction_burst"][lane] <= holds["busy_fraction_stage"][lane] <= 1
+    assert holds["device_s_per_candidate"] == pytest.approx(holds["busy_s"][lane] / 6)
+    assert 0 < report["last_verdict_s"] < 360
+    text = (out / "burst.md").read_text()
+    assert "verdicts as declared: **6 of 6**" in text and (out / "timeline.svg").read_text().startswith("<svg")
