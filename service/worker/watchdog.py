@@ -55,8 +55,11 @@ class StallLimits:
     """`compile_timeout_s` + margin. sandbox.prepare builds in one child whose wall limit is the compile timeout
     (+30 s, sandbox/pipeline.py) and gives a `timeout` verdict past it; a job whose identical source another job
     is building waits on that build's lock, then finds it built (its own wait is that one build). The margin also
-    covers a precompiled header built on first need (~40 s on 2 cores). Also the limit for `claimed`: a job is
-    claimed only for a free compile thread, so it waits at most for one to pick it up."""
+    covers a precompiled header built on first need (~40 s on 2 cores, ~20 s on the H100 host); that build has
+    its own, longer limit (sandbox/build_accel.py BUILD_TIMEOUT_S), and on a badly oversubscribed host (2 cores,
+    load 12-16: ~9.5 min) it outlasts the margin: every job waiting on it then counts as stalled and is released,
+    a false alarm that costs a re-claim once the header is built. Also the limit for `claimed`: a job is claimed
+    only for a free compile thread, so it waits at most for one to pick it up."""
     compiled_s: float
     """ceil((compile_slots + devices - 1) / devices) x the running limit: a worker holds at most compile_slots +
     devices jobs, so at most that many executions, each under the running limit, come before a compiled job on
