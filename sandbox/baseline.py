@@ -9,11 +9,9 @@ torch.compile takes tens of seconds; delete the cache file to refresh.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import fcntl
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,17 +28,22 @@ CACHE_FILE = "baselines.json"
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 """Copy size for the bandwidth probe: far beyond any cache, so it measures memory."""
 
-try:  # resolved here, not in the forked child: dlopen between fork and exec can deadlock
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _prctl = None
+_WATCHED_MAIN = """\
+import ctypes, os, runpy, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL
+if os.getppid() != int(sys.argv.pop(1)):
+    sys.exit("sandbox.baseline: the worker that started it had already exited")
+runpy.run_module("sandbox.baseline", run_name="__main__", alter_sys=True)
+"""
+"""`python -c _WATCHED_MAIN PARENT_PID ARGS...` is `python -m sandbox.baseline ARGS...` that the kernel SIGKILLs
+when the worker (thread) that started it dies, so a killed worker leaves no full-CPU measurement behind.
 
-
-def _die_with_parent() -> None:
-    """preexec: the kernel SIGKILLs the measurement when the worker (thread) that started it dies, so a
-    killed worker leaves no full-CPU baseline behind (PR_SET_PDEATHSIG = 1)."""
-    if _prctl is not None:
-        _prctl(1, int(signal.SIGKILL), 0, 0, 0)
+The child asks for the signal itself, after exec: the worker is multi-threaded, and a `preexec_fn` runs
+Python between fork and exec, which deadlocks when another thread holds the import or logging lock
+(sandbox/isolation.py). It asks before importing the `sandbox` package (seconds, torch included), so an
+orphan does not live through the import; the parent-pid check catches a worker that died before the
+request. Done in Python rather than with `setpriv --pdeathsig`, which needs util-linux 2.33 or later,
+in a package some distributions ship separately: the interpreter is always there."""
 
 
 def cache_key(task_id: str, device: str, shape: tuple[int, ...], threads: int) -> str:
@@ -112,10 +115,9 @@ def get_baselines(task_id: str, device: str, shape: tuple[int, ...], config: Jud
             return cache[key]
         out = config.cache_root / f"baseline-{os.getpid()}.json"
         subprocess.run(
-            [sys.executable, "-m", "sandbox.baseline", "--task", task_id, "--device", device,
+            [sys.executable, "-c", _WATCHED_MAIN, str(os.getpid()), "--task", task_id, "--device", device,
              "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out)],
             check=True, timeout=1800, env={**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads)},
-            preexec_fn=_die_with_parent,
         )
         cache[key] = json.loads(out.read_text())
         out.unlink()

@@ -8,8 +8,26 @@ behind, fill the disk, exhaust memory or PIDs, or flood us with output. This mod
 half of the trust boundary; the protocol half (what the child may say) is in `supervisor` and `child`.
 
 TRUSTED: this module, the caller (the judge), the kernel, bubblewrap/unshare, and everything we start
-before `exec` of the caller's argv (the `_preexec` hook). UNTRUSTED: every process of the argv and its
-descendants, everything it writes (stdout, stderr, the build dir, the pass_fds pipes).
+before `exec` of the caller's argv (the launcher, `_LAUNCHER`). UNTRUSTED: every process of the argv and
+its descendants, everything it writes (stdout, stderr, the build dir, the pass_fds pipes).
+
+How a sandbox starts: no Python runs between fork and exec in the judge. The judge is multi-threaded
+(compile pool, output readers, watchdogs), and `subprocess.Popen(preexec_fn=...)` makes CPython take the
+import lock and run the `os.register_at_fork` handlers (logging's takes logging's module lock) around the
+fork, then run Python in the child: a thread holding either lock stalls every sandbox start (a worker
+deadlocked for minutes that way). So `preexec_fn` is not used anywhere; `Popen` only forks and execs,
+in C, and what must happen before the untrusted argv runs is done by a launcher in the same process:
+a fresh, single-threaded interpreter (`python -I -S -c _LAUNCHER`) that joins the job's cgroup, sets
+the rlimits, and execs the mechanism's argv (bwrap, unshare, or the command). It reports a failure
+before exec over a close-on-exec pipe, as subprocess does for exec failures; the parent reads that
+pipe to its end (end of file = exec happened) and raises `IsolationError` (a system_error, never the
+candidate's verdict). Why not `sh -c '...; exec prlimit ...'`: a shell can only report a failed
+cgroup join through an exit status the candidate could also exit with, and `prlimit` (util-linux) or
+the shell's `ulimit` (flags and units differ between dash and bash) is one more thing a host must have
+right; the interpreter running the judge is always there. The cost is one interpreter start-up
+(~10 ms) per sandbox. The launcher execs in place, so `pid` is bwrap's (unshare's, the command's) and
+the exit status is theirs: it adds no process level. Cgroup membership and rlimits are inherited by
+everything the mechanism starts.
 
 Which mechanism runs: bubblewrap, or nothing. `available_mechanism("auto")` (the default) and
 `available_mechanism("bwrap")` both mean bubblewrap and raise `IsolationUnavailable`, with how to install
@@ -82,8 +100,8 @@ from __future__ import annotations
 import functools
 import glob
 import io
+import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -442,6 +460,27 @@ def require_isolation(requested: str = "auto") -> str:
 
 # --- the process -------------------------------------------------------------------------------------
 
+_LAUNCHER = """\
+import json, os, resource, sys
+report, setup, argv = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:]
+try:
+    for procs in setup["cgroup_procs"]:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    for name, value in setup["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    os.set_inheritable(report, False)
+    os.execvp(argv[0], argv)
+except BaseException as exc:
+    os.write(report, f"{type(exc).__name__}: {exc}".encode())
+    os._exit(127)
+"""
+"""Run as `python -I -S -c _LAUNCHER REPORT_FD SETUP_JSON ARGV...` in the process that becomes the sandbox:
+joins the job's cgroups, sets soft = hard rlimits, closes the report pipe by exec'ing ARGV (the PATH
+searched is `spec.env`'s, as Popen's). Trusted code in a fresh interpreter with one thread: -I -S keep
+the candidate's PYTHON* variables and site-packages out of it."""
+
+
 class _Capture:
     """Reads a pipe to its end, keeping the first `keep` bytes and counting the rest."""
 
@@ -482,18 +521,12 @@ class SandboxedProcess:
         else:
             self.memory_mechanism = "none (gpu job)" if spec.gpu else "rlimit-as"
             self.pids_mechanism = "rlimit-nproc" if os.getuid() != 0 else "none"
-        self._cgroup_procs = [str(p) for p in self.cgroup.procs_files()] if self.cgroup else []
-        argv = _argv(spec, mechanism)
-        cwd = str(spec.writable_dir) if mechanism != "bwrap" else "/"
         try:
-            self._popen = subprocess.Popen(
-                argv, env=spec.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=spec.pass_fds, start_new_session=True, cwd=cwd, preexec_fn=self._preexec,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
+            self._popen = self._launch(_argv(spec, mechanism))
+        except IsolationError:
             if self.cgroup:
                 self.cgroup.remove()
-            raise IsolationError(f"could not start {argv[0]}: {exc}") from exc
+            raise
         self.pid = self._popen.pid
         keep = max(spec.limits.output_bytes // 2, 1024)
         self._out = _Capture(self._popen.stdout, keep, self._flood)
@@ -502,24 +535,40 @@ class SandboxedProcess:
         self._watchdog = threading.Thread(target=self._watch, daemon=True)
         self._watchdog.start()
 
-    def _preexec(self) -> None:
-        """In the forked child, before exec: join the cgroup, set rlimits. Runs before any untrusted code.
+    def _launch(self, argv: list[str]) -> subprocess.Popen:
+        """Start `argv` through the launcher (see the module docstring); return once it has exec'd `argv`.
 
-        Kept to raw syscalls: this runs between fork and exec of a multi-threaded parent.
+        Raises `IsolationError` if the launcher could not join the cgroup, set a limit or exec.
         """
         limits = self.spec.limits
-        for procs in self._cgroup_procs:
-            fd = os.open(procs, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")  # "0" = the writing process
-            finally:
-                os.close(fd)
-        if not self._cgroup_procs:
+        rlimits = {"RLIMIT_FSIZE": limits.file_size_bytes, "RLIMIT_CORE": 0}
+        if not self.cgroup:
             if not self.spec.gpu:
-                resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_pids, limits.max_pids))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                rlimits["RLIMIT_AS"] = limits.memory_bytes
+            rlimits["RLIMIT_NPROC"] = limits.max_pids
+        setup = {"cgroup_procs": [str(p) for p in self.cgroup.procs_files()] if self.cgroup else [],
+                 "rlimits": rlimits}
+        cwd = str(self.spec.writable_dir) if self.mechanism != "bwrap" else "/"
+        pipe: list[int] = []
+        try:
+            pipe += os.pipe()
+            popen = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(pipe[1]), json.dumps(setup), *argv],
+                env=self.spec.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(*self.spec.pass_fds, pipe[1]), start_new_session=True, cwd=cwd,
+            )
+            os.close(pipe.pop())  # the launcher holds the only write end now
+            with open(pipe[0], "rb", closefd=False) as report:
+                failure = report.read()  # end of file: the launcher exec'd argv (or died)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise IsolationError(f"could not start {argv[0]}: {exc}") from exc
+        finally:
+            for fd in pipe:
+                os.close(fd)
+        if failure:
+            popen.communicate()  # the launcher exits right after reporting: reap it, close its pipes
+            raise IsolationError(f"could not start {argv[0]}: {failure.decode(errors='replace')}")
+        return popen
 
     def restart_clock(self, wall_s: float) -> None:
         """Let the wall-time limit run `wall_s` from now: a pre-started child's (sandbox/warm.py) limit runs from

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -443,6 +444,97 @@ def test_pass_fds_channel_and_nothing_else_inherited(tmp_path: Path, mechanism: 
         for fd in (cmd_w, res_r, stray):
             os.close(fd)
     assert reply == b"PING stray fd closed"
+
+
+# --- the launcher: cgroup, rlimits and exec without Python between fork and exec -------------------------
+
+EXEC_IN_PLACE = {"bwrap": "bwrap", "unshare": "unshare", "none": Path(sys.executable).name}
+"""What runs at the sandbox's pid once `start` returns: the mechanism itself, the launcher gone by exec."""
+
+LIMITS_REPORT = """
+    import json, os, resource, sys
+    os.read(int(sys.argv[1]), 1)  # the host looks at us before we go on
+    print(json.dumps({name: resource.getrlimit(getattr(resource, name))[0]
+                      for name in ("RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_AS", "RLIMIT_NPROC")}))
+    sys.exit(7)
+"""
+
+
+def start_paused(tmp_path: Path, mechanism: str) -> tuple[isolation.SandboxedProcess, int]:
+    """LIMITS_REPORT started and waiting; returns the process and the pipe end that lets it go on."""
+    go_r, go_w = os.pipe()
+    spec = SandboxSpec(argv=[sys.executable, "-c", textwrap.dedent(LIMITS_REPORT), str(go_r)], env=ENV,
+                       writable_dir=tmp_path / "build", limits=LIMITS, pass_fds=(go_r,))
+    try:
+        return isolation.start(spec, need(mechanism)), go_w
+    except BaseException:
+        os.close(go_w)
+        raise
+    finally:
+        os.close(go_r)
+
+
+@pytest.mark.parametrize("mechanism", ALL)
+def test_launcher_joins_the_cgroup_sets_limits_and_execs_in_place(tmp_path: Path, mechanism: str) -> None:
+    proc, go = start_paused(tmp_path, mechanism)
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert Path(cmdline[0].decode()).name == EXEC_IN_PLACE[mechanism], cmdline
+        assert proc.cgroup is not None, "the CI host has writable cgroups"
+        assert proc.pid in proc.cgroup.pids()
+        os.write(go, b"x")
+        assert proc.wait(timeout=30) == 7, proc.stderr  # the command's exit status, no launcher level between
+    finally:
+        os.close(go)
+        proc.cleanup()
+    # With a cgroup bounding memory and pids, AS and NPROC stay as the judge has them (CUDA needs the address space).
+    assert json.loads(proc.stdout) == {"RLIMIT_FSIZE": LIMITS.file_size_bytes, "RLIMIT_CORE": 0,
+                                       "RLIMIT_AS": resource.getrlimit(resource.RLIMIT_AS)[0],
+                                       "RLIMIT_NPROC": resource.getrlimit(resource.RLIMIT_NPROC)[0]}
+
+
+@pytest.mark.parametrize("mechanism", ALL)
+def test_launcher_sets_as_and_nproc_without_a_cgroup(tmp_path: Path, mechanism: str, no_cgroup: None) -> None:
+    proc, go = start_paused(tmp_path, mechanism)
+    try:
+        os.write(go, b"x")
+        assert proc.wait(timeout=30) == 7, proc.stderr
+    finally:
+        os.close(go)
+        proc.cleanup()
+    assert json.loads(proc.stdout) == {"RLIMIT_FSIZE": LIMITS.file_size_bytes, "RLIMIT_CORE": 0,
+                                       "RLIMIT_AS": LIMITS.memory_bytes, "RLIMIT_NPROC": LIMITS.max_pids}
+
+
+@pytest.mark.parametrize("mechanism", ALL)
+def test_a_failed_cgroup_join_is_an_isolation_error_and_nothing_runs(tmp_path: Path, mechanism: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher cannot join the job's cgroup: the judge's fault (system_error), whatever the command
+    would have exited with, and the command never starts; the job's cgroup is removed."""
+    made: list[isolation.Cgroup | None] = []
+    real_create = isolation.Cgroup.create
+
+    def create(cls: type, *args: int) -> isolation.Cgroup | None:
+        made.append(real_create(*args))
+        return made[-1]
+
+    monkeypatch.setattr(isolation.Cgroup, "create", classmethod(create))
+    monkeypatch.setattr(isolation.Cgroup, "procs_files", lambda self: [tmp_path / "not-a-cgroup" / "cgroup.procs"])
+    ran = tmp_path / "build" / "ran"
+    spec = SandboxSpec(argv=[sys.executable, "-c", f"open({str(ran)!r}, 'w')"], env=ENV,
+                       writable_dir=tmp_path / "build", limits=LIMITS)
+    with pytest.raises(isolation.IsolationError, match="FileNotFoundError.*not-a-cgroup"):
+        isolation.start(spec, need(mechanism))
+    assert not ran.exists()
+    assert made and made[0] is not None, "the CI host has writable cgroups"
+    assert not any(path.exists() for path in made[0].paths.values())
+
+
+def test_a_command_that_cannot_exec_is_an_isolation_error(tmp_path: Path) -> None:
+    """Under "none" the launcher execs the command itself; a missing one is reported as Popen would."""
+    spec = SandboxSpec(argv=["/nonexistent/judge-child"], env=ENV, writable_dir=tmp_path / "build", limits=LIMITS)
+    with pytest.raises(isolation.IsolationError, match="could not start /nonexistent/judge-child: FileNotFoundError"):
+        isolation.start(spec, "none")
 
 
 # --- the happy path ------------------------------------------------------------------------------------
