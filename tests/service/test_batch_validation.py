@@ -53,8 +53,10 @@ def test_every_entry_point_validates_a_sample_with_the_same_schema():
     assert issubclass(Sample, SampleFields)
     common = set(SampleFields.model_fields)
     assert common == {"task", "model", "sampling", "sample_index", "tags"}
+    inherited, declared = Sample.model_json_schema()["properties"], SampleFields.model_json_schema()["properties"]
     for name in common:
-        assert Sample.model_fields[name] == SampleFields.model_fields[name], name
+        assert inherited[name] == declared[name], name
+        assert repr(Sample.model_fields[name]) == repr(SampleFields.model_fields[name]), name
 
 
 BAD_FIELDS = [
