@@ -30,6 +30,7 @@ from service.batches.schemas import (
     Sample,
 )
 from service.core.config import Settings
+from service.core.ratelimit import lock_key
 from service.db.models import ApiKey, Batch
 from service.db.session import Database
 
@@ -95,9 +96,11 @@ def check_quota(session: Session, key: ApiKey, new_jobs: int, settings: Settings
 
 
 def admit(db: Database, settings: Settings, key: ApiKey, parsed: Parsed, kind: str) -> store.Created:
-    """Quota, then the bulk insert, in one transaction: durable (and queued) once this returns."""
+    """Quota, then the bulk insert, in one transaction holding the key's row (concurrent batches of one key are
+    counted against the quota one at a time): durable (and queued) once this returns."""
     try:
         with db.transaction() as session:
+            lock_key(session, key.id)
             check_quota(session, key, len(parsed.samples), settings)
             return store.create_batch(session, key, parsed.samples, name=parsed.name, tags=parsed.tags, kind=kind,
                                       rejected=parsed.rejected, codes=parsed.codes)

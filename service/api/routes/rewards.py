@@ -24,6 +24,7 @@ from service.batches.parse import Parsed, check_sample
 from service.batches.rewards import RewardParams, VerdictSummary, reward
 from service.batches.schemas import LineError, RewardItem, RewardsOut, RewardsRequest
 from service.core.config import Settings
+from service.core.ratelimit import lock_key
 from service.db.models import ApiKey, Batch
 from service.db.session import Database
 
@@ -81,6 +82,7 @@ def _admit(db: Database, settings: Settings, key: ApiKey, parsed: Parsed) -> sto
     """Store the accepted items as a "rewards" batch; None when every item was refused (each gets `refused`)."""
     try:
         with db.transaction() as session:
+            lock_key(session, key.id)  # the quota counts one request of this key at a time
             check_quota(session, key, len(parsed.samples), settings)
             return store.create_batch(session, key, parsed.samples, name=parsed.name, tags=[], kind="rewards",
                                       rejected=parsed.rejected, codes=parsed.codes)
