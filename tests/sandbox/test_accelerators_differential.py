@@ -61,6 +61,7 @@ def test_the_model_style_files_cover_what_models_write() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a fresh session also builds the four PCH variants the files ask for (~75 s each here)
 def test_accelerators_never_change_a_verdict(judge_config: JudgeConfig, tmp_path: Path) -> None:
     on = replace(judge_config, build_root=tmp_path / "on")
     off = replace(judge_config, build_root=tmp_path / "off", precompiled_headers=False)
