@@ -1,4 +1,4 @@
-"""A CuTe DSL cross_entropy, as a model writes it: one thread block per row, online log-sum-exp.
+r"""A CuTe DSL cross_entropy, as a model writes it: one thread block per row, online log-sum-exp.
 
 Issue 24: CuTe DSL samples held the GPU and then failed with ModuleNotFoundError. Where the DSL is not
 installed the judge must say so before any build or device time: a compile_error naming the module and what

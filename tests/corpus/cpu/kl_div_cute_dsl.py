@@ -1,4 +1,4 @@
-"""A CuTe DSL (CUTLASS Python) kl_div, as a model writes it: `@cute.kernel` with per-thread partial sums.
+r"""A CuTe DSL (CUTLASS Python) kl_div, as a model writes it: `@cute.kernel` with per-thread partial sums.
 
 Issue 24: CuTe DSL samples held the GPU and then failed with ModuleNotFoundError. Where the DSL is not
 installed the judge must say so before any build or device time: a compile_error naming `cutlass` and what

@@ -1,4 +1,4 @@
-"""A TileLang kl_div, as a model writes it: one block per row, a shared reduction, fp32 accumulation.
+r"""A TileLang kl_div, as a model writes it: one block per row, a shared reduction, fp32 accumulation.
 
 Six of 63 real samples were TileLang or CuTe DSL; each held the GPU and then failed with ModuleNotFoundError
 (issue 24). Where TileLang is not installed the judge must answer before any build or device time: a
