@@ -5,9 +5,10 @@ that imports the candidate once); the execution child holds the device, so a com
 for the length of a build (a minute for a fresh CUDA build; issue 24 saw 301 s). `install` replaces torch's
 ninja run (`torch.utils.cpp_extension._run_ninja_build`, which `load`, `load_inline` and the object-only
 builds all go through) by a dry run: when ninja has nothing to do, the extension is loaded as usual; when it
-would run any step, `NotBuilt` is raised instead, naming the extension and what ninja would have rebuilt, and
-the refusal is remembered (`refusals`) so that a candidate catching the exception cannot turn it into a
-different failure. The parent turns it into `compile_error` (protocol.FailureKind.NOT_BUILT).
+would run any step, `NotBuilt` is raised instead, naming the extension and what ninja would have rebuilt
+(likewise for a lock file a killed build left, which torch would wait on forever: `FileBaton.wait`), and the
+refusal is remembered (`refusals`) so that a candidate catching the exception cannot turn it into a different
+failure. The parent turns it into `compile_error` (protocol.FailureKind.NOT_BUILT).
 
 Why an extension is found not built: its name, sources, flags or build directory are computed at run time
 (a random or time-stamped name, a temporary `build_directory`, flags that read the GPU), so the second
@@ -73,6 +74,14 @@ class Guard:
         self.refusals.append(refusal)
         raise refusal
 
+    def wait_for_lock(self, baton: object) -> None:
+        """torch's `FileBaton.wait`: in this child nothing else builds, so a lock file in an extension's directory
+        is one a build-stage child left when it was killed mid-build; torch would wait for it forever."""
+        directory = Path(getattr(baton, "lock_file_path", "lock")).parent
+        refusal = NotBuilt(directory.name, ["the build stage's build of it was cut off (its lock file is still there)"])
+        self.refusals.append(refusal)
+        raise refusal
+
     def raise_if_refused(self) -> None:
         """Raise the first refusal, whatever the candidate did with it."""
         if self.refusals:
@@ -103,6 +112,12 @@ def install() -> Guard:
     """Replace torch's ninja run in this process by the guard's (see the module docstring)."""
     import torch.utils.cpp_extension as ext
 
+    from torch.utils.file_baton import FileBaton
+
     guard = Guard()
     ext._run_ninja_build = guard.run_ninja_build
+    def wait(baton: FileBaton) -> None:  # a plain function, so that the class binds it to each baton
+        guard.wait_for_lock(baton)
+
+    FileBaton.wait = wait
     return guard

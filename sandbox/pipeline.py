@@ -193,6 +193,13 @@ def _run_build(task: Task, paths: build.KeyPaths, target: str, config: JudgeConf
         if failure.kind == "timeout":
             return build.BuildResult(ok=False, build_failed=False, log=failure.stderr,
                                      seconds=time.monotonic() - started, error=error, timed_out=True)
+        if failure.flooded:
+            # Output past the limit from a build is the compiler's errors (torch/extension.h under -std=c++14 gives
+            # megabytes) or the candidate's own prints at import: the candidate's outcome either way, judged on
+            # the kept start of the log, where the first errors are. Left to the execution child, the killed
+            # build's lock file made torch wait there until the load limit, holding the device.
+            return build.BuildResult(ok=False, build_failed=True, log=failure.stderr,
+                                     seconds=time.monotonic() - started, error=error)
         if failure.kind in ("oom", "protocol") or failure.signal_name == "SIGKILL":
             # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran) or a garbled
             # reply: the build has no outcome to judge. The service retries a system_error a bounded number of

@@ -45,13 +45,15 @@ class ChildFailure(Exception):
     """The child stopped answering: it crashed, timed out, exited early or broke the protocol."""
 
     def __init__(self, kind: str, message: str, *, returncode: int | None = None, signal_name: str | None = None,
-                 stderr: str = "", oom: bool = False) -> None:
+                 stderr: str = "", oom: bool = False, flooded: bool = False) -> None:
         super().__init__(message)
         self.kind = kind  # "crash", "timeout", "exited", "protocol", "oom"
         self.returncode = returncode
         self.signal_name = signal_name
         self.stderr = stderr
         self.oom = oom
+        self.flooded = flooded
+        """Killed for writing more than the output limit (`isolation.FLOOD_FACTOR`); `stderr` holds its start."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ class ChildSession:
         if self.process.flooded:
             return ChildFailure("crash", f"{message}: killed for flooding its output "
                                 f"({self.process.output_truncated_bytes} bytes past the limit)", returncode=rc,
-                                stderr=self.stderr())
+                                stderr=self.stderr(), flooded=True)
         if self.process.timed_out:
             return ChildFailure("timeout", f"{message}: the sandbox's wall-time limit killed it", returncode=rc,
                                 stderr=self.stderr())

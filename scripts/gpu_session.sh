@@ -10,7 +10,8 @@
 #   bash scripts/gpu_session.sh start [STAGE...]   # copy the tree to /tmp/session/repo, start the stages, collect
 #   bash scripts/gpu_session.sh collect SECONDS    # wait up to SECONDS for the stages to end; pack them into $OUT
 #
-# Stages, in order of what matters most (default: all but recheck): recheck (the files in $RECHECK only, judged
+# Stages, in order of what matters most (default: all but recheck): burst (issue 24: 64 mixed candidates POSTed
+# at once to a fresh serve, scripts/gpu/burst.py), recheck (the files in $RECHECK only, judged
 # afresh; its verdicts join those of an earlier acceptance carried in .session/out/acceptance/), acceptance (the whole CUDA corpus on pre-started
 # children, the 10-job repeat study, the training table), batch (60 samples through the CLI), judge (GPU seconds
 # per candidate, warm and cold), acceptance-lite (the fast, training and training-hostile files and the repeat
@@ -87,6 +88,10 @@ run_stages() {
                 stage acceptance python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 --out "$out/acceptance"
                 python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1
                 merge_verdicts "$ours" "$out/acceptance/verdicts.json" ;;
+            burst)  # issue 24: a fresh `kernel-judge serve` (fresh data, builds, PCH and baselines), 64 mixed CUDA
+                    # candidates POSTed at once; every verdict as declared, device holds (hang.py left out: its hold
+                    # is the per-call limit by design)
+                stage burst python3 scripts/gpu/burst.py --count 64 --exclude hang.py --out "$out/burst" ;;
             acceptance-lite)  # the fast kernels, the training corpus (honest and hostile), the repeat study
                 stage acceptance-lite python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 \
                     --out "$out/acceptance-lite" --only kl_div_fast.py cross_entropy_fast.py kl_div_wrong_direction.py \

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,3 +96,27 @@ def test_an_honest_built_extension_loads_in_well_under_the_limit(name: str, judg
     verdict = judge(task, path.read_text(), "cpu", config=replace(judge_config, check_extra_shapes=False))
     assert verdict.status is Status.CORRECT, verdict.diagnosis
     assert verdict.stages["load"] < judge_config.load_timeout_s / 10, verdict.stages
+
+
+def test_a_build_that_floods_its_output_is_a_compile_error_before_the_device(judge_config: JudgeConfig) -> None:
+    verdict = judge("kl_div", (CANDIDATES / "floods_its_build.py").read_text(), "cpu", config=judge_config)
+    assert verdict.status is Status.COMPILE_ERROR, verdict.diagnosis
+    assert "flooding its output" in verdict.diagnosis
+    assert verdict.details["stage"] == "compile"
+    assert "load" not in verdict.stages and "start" not in verdict.stages, verdict.stages
+
+
+def test_a_lock_file_left_by_a_killed_build_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    """torch's FileBaton.wait polls until the lock file goes; in the execution child nothing else builds, so the
+    guard refuses instead (a real torch, in a child process of its own: `install` patches torch globally)."""
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "lock").write_text("")
+    script = ("import sys; from sandbox import no_build; guard = no_build.install()\n"
+              "from torch.utils.file_baton import FileBaton\n"
+              "try:\n    FileBaton(sys.argv[1]).wait()\n"
+              "except no_build.NotBuilt as exc:\n    print('refused', exc.name, exc.reasons[0]); sys.exit(0)\n"
+              "sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "ext" / "lock")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused ext ") and "lock file" in done.stdout
