@@ -564,6 +564,29 @@ def serve(child: Child, cmd_fd: int) -> None:
         child.reply({"op": op, "ok": True, **header}, payloads, lean=op == "go")
 
 
+def _is_build_failure(message: str) -> bool:
+    """torch's words for a compile or link that failed (cpp_extension's RuntimeError)."""
+    return "Error building extension" in message or "Error compiling objects" in message
+
+
+def _construct_for_build(module: types.ModuleType) -> None:
+    """Construct ModelNew once, on the CPU, so that extensions built in its __init__ (as many model-written
+    candidates do) are built here too: the execution child never builds (sandbox/no_build.py). This child has
+    no device, so an __init__ that needs one fails here and not there: only a failed build counts; anything
+    else is one line in the build log, and the execution child constructs it for real."""
+    model_cls = getattr(module, "ModelNew", None)
+    if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
+        return
+    try:
+        model_cls()
+    except Exception as exc:  # noqa: BLE001 - the candidate's __init__, judged again in the execution child
+        info = _error_info(exc)
+        if _is_build_failure(info["message"]):
+            raise
+        print(f"[judge] ModelNew() did not finish in the build child, which has no device ({info['type']}: "
+              f"{info['message'][:300]}); extensions it built before that are kept", file=sys.stderr, flush=True)
+
+
 def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
@@ -579,10 +602,10 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules[CANDIDATE_MODULE] = module
         spec.loader.exec_module(module)
+        _construct_for_build(module)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides the verdict
         info = _error_info(exc)
-        build_failed = "Error building extension" in info["message"] or "Error compiling objects" in info["message"]
-        _protocol.send(res_fd, {"ok": False, "build_failed": build_failed, "error": info,
+        _protocol.send(res_fd, {"ok": False, "build_failed": _is_build_failure(info["message"]), "error": info,
                                 "tripwire_hits": sorted(set(tripwires.hits)), "seconds": time.monotonic() - started})
         return
     _protocol.send(res_fd, {"ok": True, "tripwire_hits": sorted(set(tripwires.hits)),

@@ -9,6 +9,7 @@ of the judge's own machinery ends in `system_error`.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from sandbox import build_advice
 from sandbox import compile as build
 from sandbox import isolation
 from sandbox import protocol as msg
+from sandbox import static_checks
 from sandbox.config import JudgeConfig
 from sandbox.execute import execute
 from sandbox.extract import ExtractionError, extract_candidate
@@ -161,12 +163,34 @@ def _rejection(result: build.BuildResult, task_id: str, target: str, sha: str, c
     if result.timed_out:
         return _verdict(Status.TIMEOUT, f"compilation did not finish within {config.compile_timeout_s:.0f} s",
                         task_id, target, sha, details={"stage": "compile"}, **fields)
+    missing = _missing_module(result)
+    if missing:
+        return _verdict(Status.COMPILE_ERROR, f"importing the candidate failed: no module named {missing!r} on this "
+                        f"judge. This host judges: {'; '.join(static_checks.supported_languages())}.", task_id,
+                        target, sha, details={"stage": "compile", "rule": "import_failed", "module": missing},
+                        **fields)
     if result.build_failed:
         errors = build.first_errors(result.log)
         head = "\n".join(errors) if errors else (result.error or {}).get("message", "")[:2000]
         return _verdict(Status.COMPILE_ERROR, f"the extension failed to compile:\n{head}", task_id, target, sha,
                         details={"stage": "compile", "errors": errors}, **fields)
     return None
+
+
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def _missing_module(result: build.BuildResult) -> str | None:
+    """The module whose absence failed the build child's import, when it is certain to fail the execution child
+    too (same interpreter and site-packages): checked in this trusted process. Any other import failure may come
+    from the build child having no device and is judged where it happens again."""
+    error = result.error or {}
+    if result.ok or result.build_failed or error.get("type") not in ("ModuleNotFoundError", "ImportError"):
+        return None
+    named = _NO_MODULE.search(error.get("message", ""))
+    if named is None or static_checks.importable(named.group(1)):
+        return None
+    return named.group(1)
 
 
 def _run_build(task: Task, paths: build.KeyPaths, target: str, config: JudgeConfig) -> build.BuildResult:

@@ -120,3 +120,12 @@ def test_a_lock_file_left_by_a_killed_build_is_refused_at_once_not_waited_on(tmp
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused ext ") and "lock file" in done.stdout
+
+
+def test_a_module_missing_at_import_is_a_compile_error_before_the_device(judge_config: JudgeConfig) -> None:
+    verdict = judge("kl_div", (CANDIDATES / "imports_a_missing_module_at_run_time.py").read_text(), "cpu",
+                    config=judge_config)
+    assert verdict.status is Status.COMPILE_ERROR, verdict.diagnosis
+    assert verdict.details["rule"] == "import_failed" and verdict.details["module"] == "tilelang_not_installed"
+    assert "This host judges" in verdict.diagnosis
+    assert "load" not in verdict.stages and "start" not in verdict.stages, verdict.stages
