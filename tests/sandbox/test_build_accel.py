@@ -62,7 +62,9 @@ def test_gcc_really_reads_the_subset_it_is_offered(judge_config, tmp_path: Path)
     variant = _variant(judge_config.cache_root, ("-O2",))
     subset = build_hooks.subset_of(str(variant))
     assert subset is not None, (variant.parent / f"{variant.name}/{build_accel.SUBSET_DIR}.failed")
-    assert not list(Path(subset).rglob("*.h")), "the subset PCH's source was left beside it"
+    headers = list(Path(subset).rglob("*.h"))  # only the stub for a repeated include, never the PCH's source
+    assert [h.relative_to(subset) for h in headers] == [Path("torch/extension.h")], headers
+    assert headers[0].read_text() == build_accel.STUB_TEXT, "the subset PCH's source was left beside it"
     compiler, flags = build_accel.torch_compile_flags("cpu", ("-O2",))
     (tmp_path / "main.cpp").write_text(
         "#include <torch/extension.h>\n"
@@ -271,3 +273,29 @@ def test_a_variant_that_cannot_be_built_is_recorded_and_not_retried(tmp_path: Pa
     assert (tmp_path / "runs.log").read_text().count("run") == 1
     assert "not a header" in next(root.glob("*.failed")).read_text()
     assert build_hooks.variants(str(root)) == []
+
+
+def test_after_the_full_pch_main_cpp_gets_none_and_the_compile_reads_a_mirror(tmp_path: Path,
+                                                                              monkeypatch) -> None:  # noqa: ANN001
+    """The last fallback (CPATH cleared), once, only after the full PCH; and while ninja runs, CPATH names the
+    extension's own mirror: the stub as a plain file (ninja may record it), the .gch as a link removed after."""
+    variant = tmp_path / "v"
+    (variant / "torch").mkdir(parents=True)
+    (variant / build_accel.PCH_NAME).write_bytes(b"pch")
+    for name in ("CPATH", "JUDGE_PCH_CPATH", "JUDGE_PCH_FULL"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    build_hooks.offer_pch(["-fPIC"], [(["-fPIC"], str(variant))], None, subset_first=False)
+    assert os.environ["CPATH"] == str(variant)
+    ext = tmp_path / "ext" / "name"
+    ext.mkdir(parents=True)
+    mirror = build_hooks.mirror_pch(ext)
+    assert mirror is not None and os.environ["CPATH"] == str(mirror)
+    assert (mirror / "torch" / "extension.h").read_text() == build_accel.STUB_TEXT
+    assert (mirror / build_accel.PCH_NAME).resolve() == (variant / build_accel.PCH_NAME).resolve()
+    build_hooks.unmirror_pch(mirror)
+    assert os.environ["CPATH"] == str(variant) and not (mirror / build_accel.PCH_NAME).is_symlink()
+    assert (mirror / "torch" / "extension.h").is_file()
+    assert build_hooks.no_pch_instead() and "CPATH" not in os.environ
+    assert not build_hooks.no_pch_instead()
+    assert build_hooks.mirror_pch(ext) is None
