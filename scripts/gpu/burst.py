@@ -38,6 +38,8 @@ from pathlib import Path
 
 import httpx
 
+from service.client import JudgeClient
+from service.client.errors import JudgeError
 from service.db.session import Database
 from service.observability import timeline
 
@@ -89,20 +91,6 @@ def start_serve(work: Path, out: Path, port: int, device: str, compile_workers: 
     log = open(out / "serve.log", "wb")
     return subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_ready(client: httpx.Client, server: subprocess.Popen, timeout: float) -> None:
-    """Poll /readyz as scripts/gpu_service_e2e.py does, failing at once if `serve` died."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if client.get("/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            raise SystemExit("the service did not become ready; see serve.log")
-        time.sleep(0.5)
 
 
 async def post_all(base: str, key: str, cands: list[dict]) -> list[str]:
@@ -242,8 +230,12 @@ def main() -> int:
     base = f"http://127.0.0.1:{args.port}"
     server = start_serve(work, args.out, args.port, args.device, args.compile_workers)
     try:
+        with JudgeClient(base, key="") as judge:
+            try:
+                judge.wait_ready(300, alive=lambda: server.poll() is None)
+            except JudgeError as exc:
+                raise SystemExit(f"the service did not become ready ({exc}); see serve.log") from None
         with httpx.Client(base_url=base, timeout=30) as client:
-            wait_ready(client, server, 300)
             key = client.post("/v1/keys", json={"submitter": "burst"},
                               headers={"Authorization": f"Bearer {ADMIN}"}).json()["key"]
             burst_at, burst_utc = time.monotonic(), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)

@@ -42,7 +42,7 @@ from typing_extensions import Self
 
 from service.client import calls, models
 from service.client.calls import Call, RetryPolicy
-from service.client.errors import WaitTimeout
+from service.client.errors import JudgeUnreachable, WaitTimeout
 
 
 class JudgeClient:
@@ -90,6 +90,22 @@ class JudgeClient:
 
     def _call(self, call: Call) -> Any:
         return call.parse(self._send(call))
+
+    def wait_ready(self, timeout: float, *, alive: Callable[[], bool] | None = None, poll_s: float = 0.5) -> None:
+        """Poll `GET /readyz` until it answers 200 (a service that has just been started, say). `alive` tells
+        whether the server process is still running: when it says no, waiting stops at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self._http.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if alive is not None and not alive():
+                raise JudgeUnreachable(self.url, "its process exited before it was ready")
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"the judge at {self.url} was not ready after {timeout:g} s")
+            self._sleep(poll_s)
 
     # --- submissions -----------------------------------------------------------------------------
 

@@ -103,3 +103,14 @@ def test_no_server_means_exit_3_and_a_clear_line():
     usage = subprocess.run([sys.executable, "-m", "service.cli.main", "submit"], check=False, capture_output=True,
                            text=True, cwd=ROOT, timeout=60)
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
+
+
+def test_wait_ready_returns_on_200_and_stops_when_the_server_is_gone(client):
+    with _judge(client) as judge:
+        judge.wait_ready(5)  # the real app's /readyz, through its own transport
+
+    calls: list[int] = []
+    with JudgeClient(f"http://127.0.0.1:{free_port()}", "", sleep=lambda s: None) as nobody:
+        with pytest.raises(JudgeUnreachable, match="exited before it was ready"):
+            nobody.wait_ready(60, alive=lambda: calls.append(1) or len(calls) < 3)
+    assert len(calls) == 3  # asked on every failed poll, and the first "no" ended the wait
