@@ -11,9 +11,12 @@ Safety rests on two things:
   a verdict is recorded exactly once.
 
 A job whose lease expired while `running` (its candidate executing on the device) counts a crash
-against itself; at `max_worker_crashes` the reclaiming worker stores a final runtime_error instead of
-judging it again (a candidate that kills workers is not retried forever). A lease that expired in
-`compiling` or `compiled` is reclaimed without blame: the candidate's code was not running. A
+against itself; at `max_worker_crashes` the reclaiming worker stores a final system_error that says what is
+known (its workers were lost N times while executing it) instead of judging it again: a candidate that
+kills workers is not retried forever, and a lost worker is never turned into a verdict on the candidate
+(`RetryPolicy.crash_loop`). A claim never takes back a job the claiming worker still holds: a database
+outage longer than the lease lets the lease expire under a worker that is alive and still judging it.
+A lease that expired in `compiling` or `compiled` is reclaimed without blame: the candidate's code was not running. A
 `system_error` verdict is the judge's fault: the job is requeued with an exponential backoff until
 `max_attempts`, then the system_error is stored as final (both rules: `RetryPolicy`). A job its worker's
 watchdog released (`AttemptOutcome.STALLED`) is never blamed either, whatever phase it stalled in.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
@@ -62,7 +66,7 @@ class RetryPolicy:
     backoff_s: float = 30.0
     """Delay before the first retry; doubled for each later one."""
     max_worker_crashes: int = 2
-    """Worker deaths while the job's candidate was executing before a final runtime_error."""
+    """Workers lost while the job's candidate was executing before a final system_error (`crash_loop`)."""
 
     def retry_delay(self, system_errors: int) -> float | None:
         """Seconds to wait before judging again a job that has now had `system_errors` system_errors
@@ -72,7 +76,14 @@ class RetryPolicy:
         return self.backoff_s * 2 ** (system_errors - 1)
 
     def crash_loop(self, crashes: int) -> bool:
-        """True when a job whose workers died `crashes` times while running it must not run again."""
+        """True when a job whose workers were lost `crashes` times while running it must not run again.
+
+        Its final verdict is a system_error, stored at once (`finish(..., final=True)`), never retried with
+        backoff: the queue knows only that the lease expired while the candidate ran, not why. The candidate
+        may have killed its worker, but so does an OOM kill of the worker, a host reboot, an operator's
+        SIGKILL or a database outage longer than the lease, and a runtime_error would state a cause that is
+        not known. Stopping here keeps a worker-killing candidate from looping forever; calling it a
+        system_error keeps infrastructure failures out of the candidate's verdict (and out of rewards)."""
         return crashes >= self.max_worker_crashes
 
 
@@ -86,15 +97,22 @@ def _end_attempt(session: Session, token: str | None, outcome: AttemptOutcome, n
                         .values(ended_at=now, outcome=outcome.value))
 
 
-def claim(db: Database, worker_id: str, limit: int, lease_s: float) -> list[Claim]:
+def claim(db: Database, worker_id: str, limit: int, lease_s: float,
+          held: Collection[str] = ()) -> list[Claim]:
     """Atomically take up to `limit` ready jobs: queued ones whose backoff has passed, and jobs whose
     worker's lease expired (reclaimed; a crash if it expired while running). Interactive first, then batches in
-    fair order."""
+    fair order.
+
+    `held` are the claim tokens of the jobs the caller still works on. Their leases may have expired (the
+    database was away longer than the lease, so no heartbeat reached it), but the caller is alive and judging
+    them: taking one back would count a crash that never happened and discard the caller's own result."""
     if limit <= 0:
         return []
     now = utcnow()
-    ready = ((Job.state == JobState.QUEUED) & (Job.not_before <= now)) | (
-        Job.state.in_(ACTIVE) & (Job.lease_expires_at < now))
+    expired = Job.state.in_(ACTIVE) & (Job.lease_expires_at < now)
+    if held:
+        expired &= Job.claim_token.not_in(list(held))
+    ready = ((Job.state == JobState.QUEUED) & (Job.not_before <= now)) | expired
     # Fair order: interactive jobs (fair_key null) before any batch job, then batch jobs by virtual start
     # time, which interleaves concurrent batches round-robin (service.batches.fairness); FIFO within each.
     query = select(Job).where(ready).order_by(Job.fair_key.asc().nulls_first(), Job.id).limit(limit)
@@ -163,9 +181,12 @@ def release(db: Database, token: str, outcome: AttemptOutcome = AttemptOutcome.R
     return result.rowcount == 1
 
 
-def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: RetryPolicy) -> Outcome:
+def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: RetryPolicy, *,
+           final: bool = False) -> Outcome:
     """Record the result of a held job: a verdict (stored, job done), a retry (system_error below the
-    policy's limit: requeued with backoff) or lost (the job is no longer ours: nothing is written)."""
+    policy's limit: requeued with backoff) or lost (the job is no longer ours: nothing is written).
+    `final`: store the verdict even if it is a system_error below the limit (the crash-loop verdict, which
+    must end the retries: `RetryPolicy.crash_loop`)."""
     now = utcnow()
     try:
         with db.transaction() as session:
@@ -175,7 +196,8 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
             job = session.scalars(query).first()
             if job is None:
                 return Outcome.LOST
-            delay = policy.retry_delay(job.system_errors + 1) if verdict.status is Status.SYSTEM_ERROR else None
+            retryable = verdict.status is Status.SYSTEM_ERROR and not final
+            delay = policy.retry_delay(job.system_errors + 1) if retryable else None
             if delay is not None:
                 job.system_errors += 1
                 job.state = JobState.QUEUED

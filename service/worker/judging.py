@@ -121,7 +121,16 @@ def system_error(task_id: str, device: str, source_sha256: str, stage: str, exc:
 
 
 def crash_loop_verdict(task_id: str, device: str, source_sha256: str, crashes: int) -> Verdict:
-    return Verdict(status=Status.RUNTIME_ERROR, task=task_id, device=device, source_sha256=source_sha256,
-                   diagnosis=f"the candidate crashed the judging worker: its worker died {crashes} times while "
-                             "executing it; it is not retried",
-                   details={"stage": "worker", "worker_crashes": crashes})
+    """The final verdict of a job whose workers were lost `crashes` times while its candidate executed.
+
+    A system_error, stored as final (claims.finish(final=True)): the retries end, since a candidate that
+    kills its workers must not loop forever, but the verdict states only what the queue saw. A lease that
+    expires while the candidate runs is the candidate's doing or the infrastructure's (an OOM kill, a host
+    going down, an operator's kill, a database outage longer than the lease), and nothing here tells which;
+    a runtime_error would blame the candidate for a cause nobody observed (RetryPolicy.crash_loop)."""
+    return Verdict(status=Status.SYSTEM_ERROR, task=task_id, device=device, source_sha256=source_sha256,
+                   diagnosis=f"not judged: the worker judging this candidate was lost {crashes} times while the "
+                             "candidate executed (its lease expired: a killed or crashed worker, or a database "
+                             "outage longer than the lease); the cause is not known, so the candidate is not "
+                             "blamed, and it is not retried again",
+                   details={"stage": "worker", "worker_crashes": crashes, "final": True})

@@ -202,3 +202,53 @@ def test_a_verdict_whose_evidence_is_infinite_or_nan_is_stored_and_read_back(db)
     back = Verdict.model_validate(stored)
     assert back.trials[0].max_abs_error == float("inf") and back.trials[0].max_rel_error != back.trials[0].max_rel_error
     assert stored["details"]["claims_ms"] == ["-Infinity"] and job(db, sub).state is JobState.DONE
+
+
+def test_a_claim_never_takes_back_a_job_its_claimer_still_holds(db):
+    """Issue 31: a database outage longer than the lease, one live worker: its next claim took back its own
+    running job (a crash that never happened) and discarded its own verdict. The lease expires (timestamps set
+    directly), the holder's claim passes its held tokens and gets nothing; its heartbeat and verdict still land."""
+    (sub,) = enqueue(db, 1)
+    (claim,) = q.claim(db, "w", 1, 60)
+    run_it(db, claim)
+    expire_leases(db)
+    assert q.claim(db, "w", 5, 60, held=[claim.token]) == []
+    row = job(db, sub)
+    assert row.state is JobState.RUNNING and row.crashes == 0 and row.claims == 1
+    assert q.heartbeat(db, [claim.token], 60) == set()
+    assert q.finish(db, claim.token, verdict(), "w", q.RetryPolicy()) == "verdict"
+    assert job(db, sub).crashes == 0 and verdict_count(db) == 1
+
+
+def test_a_job_its_claimer_no_longer_holds_is_reclaimed_as_before(db):
+    """Only held tokens are excluded: a job the worker let go (out of `held`) or another worker's expired job
+    is taken back, and an expiry while running still counts."""
+    enqueue(db, 2)
+    mine, theirs = q.claim(db, "w", 1, 60)[0], q.claim(db, "other", 1, 60)[0]
+    run_it(db, theirs)
+    expire_leases(db)
+    again = q.claim(db, "w", 5, 60, held=[mine.token])
+    assert [c.job_id for c in again] == [theirs.job_id] and again[0].crashes == 1
+    assert [c.job_id for c in q.claim(db, "w", 5, 60)] == [mine.job_id]
+
+
+def test_the_crash_loop_verdict_is_a_final_system_error_that_blames_no_one(db):
+    """After `max_worker_crashes` the job ends (no retry with backoff, though a system_error), and its verdict
+    says what is known: its workers were lost, not that the candidate crashed them."""
+    from service.worker.judging import crash_loop_verdict
+
+    (sub,) = enqueue(db, 1)
+    policy = q.RetryPolicy(max_attempts=3, backoff_s=0.0, max_worker_crashes=2)
+    for _ in range(2):
+        run_it(db, q.claim(db, "w", 1, 60)[0])
+        expire_leases(db)
+    (claim,) = q.claim(db, "w", 1, 60)
+    assert policy.crash_loop(claim.crashes)
+    final = crash_loop_verdict("kl_div", "cpu", "x", claim.crashes)
+    assert q.finish(db, claim.token, final, "w", policy, final=True) == "verdict"
+    row = job(db, sub)
+    assert row.state is JobState.DONE and row.system_errors == 1 and verdict_count(db) == 1
+    with db.transaction(read_only=True) as s:
+        stored = s.scalars(select(VerdictRow).where(VerdictRow.submission_id == sub)).one()
+    assert stored.status is Status.SYSTEM_ERROR and "lost 2 times" in stored.diagnosis
+    assert "crashed the judging worker" not in stored.diagnosis
