@@ -15,7 +15,8 @@ Candidate code never runs here: every sandbox call starts its own isolated child
 
 Shutdown (SIGTERM/SIGINT): stop claiming; jobs executing on a device are finished (up to
 `shutdown_grace_s`); every other held job goes back to the queue (`release`), compiled ones included
-(their build is cached). A second signal, or the end of the grace period, releases everything at once.
+(their build is cached). A second signal, or the end of the grace period, releases everything at once; a
+repeated notice of the parent's death is not a second signal (`on_signal`).
 Started by `serve` (JUDGE_PARENT_PID), the worker also stops when that parent dies (service.worker.lifeline).
 
 A stage transition (compiling -> compiled -> running) that fails on a database error is retried; if the
@@ -148,7 +149,7 @@ class Worker:
                 break
             want = self._capacity()
             try:
-                claimed = q.claim(self.db, self.worker_id, want, self.settings.lease_s) if want else []
+                claimed = self._claim(want) if want else []
                 if db_down:
                     log.warning("claim: the database answers again")
                 db_down = False
@@ -167,25 +168,42 @@ class Worker:
         self._shutdown()
         listener.close()  # after the shutdown: a second signal during its join must not cut the clean stop short
 
+    def _claim(self, want: int) -> list[q.Claim]:
+        """Claim up to `want` jobs, never one of those this worker still holds (after a database outage longer
+        than the lease their leases have expired, but they are ours and still being judged)."""
+        with self.lock:
+            held = list(self.held)
+        return q.claim(self.db, self.worker_id, want, self.settings.lease_s, held=held)
+
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
 
     def install_signal_handlers(self) -> None:
-        def handle(signum: int, _frame: object) -> None:
-            if self.stopping.is_set():
-                log.warning("second signal: releasing every held job now")
-                self._release_all()
-                try:  # still a stop, not a death: the workers table must not list this worker as alive
-                    registry.stopped(self.db, self.worker_id, self._row_stats())
-                except Exception:  # noqa: BLE001 - exiting anyway
-                    log.exception("could not mark this worker stopped in the workers table")
-                os._exit(1)
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+
+    def on_signal(self, signum: int, _frame: object = None) -> None:
+        """First signal: stop gracefully. A second one abandons everything, unless it is one more notice of the
+        parent's death: the kernel's PDEATHSIG can arrive more than once for one death (it fires on every
+        reparenting, e.g. first to another thread of the dying `serve`), and a death is one reason to stop,
+        not two. A signal that arrives while the expected parent is gone counts as such a notice."""
+        if not self.stopping.is_set():
             log.info("signal %d: finishing running jobs, releasing the rest", signum)
             self.stop()
+        elif lifeline.orphaned(self.parent):
+            log.info("signal %d: the parent's death again; already stopping gracefully", signum)
+        else:
+            self._abandon()
 
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
+    def _abandon(self) -> None:
+        log.warning("second signal: releasing every held job now")
+        self._release_all()
+        try:  # still a stop, not a death: the workers table must not list this worker as alive
+            registry.stopped(self.db, self.worker_id, self._row_stats())
+        except Exception:  # noqa: BLE001 - exiting anyway
+            log.exception("could not mark this worker stopped in the workers table")
+        os._exit(1)
 
     def _capacity(self) -> int:
         """Jobs to claim now: free compile slots, keeping at most one compiled job waiting per device that has a
@@ -209,7 +227,7 @@ class Worker:
             self._fault_point(claim, HeldPhase.CLAIMED)
             if self.policy.crash_loop(claim.crashes):
                 verdict = crash_loop_verdict(claim.task_id, self.devices[0], claim.source_sha256, claim.crashes)
-                self._finish(claim, verdict)
+                self._finish(claim, verdict, final=True)
                 return
         with self.lock:
             self.compiling += 1
@@ -325,13 +343,13 @@ class Worker:
         heartbeating it, so its lease expires and another worker takes it without blaming the candidate."""
         self._release(claim)
 
-    def _finish(self, claim: q.Claim, verdict: Verdict) -> None:
+    def _finish(self, claim: q.Claim, verdict: Verdict, *, final: bool = False) -> None:
         self._phase(claim, HeldPhase.RECORDING)
         started = time.monotonic()
         outcome = Outcome.LOST
         for attempt in range(FINISH_RETRIES):
             try:
-                outcome = q.finish(self.db, claim.token, verdict, self.worker_id, self.policy)
+                outcome = q.finish(self.db, claim.token, verdict, self.worker_id, self.policy, final=final)
                 break
             except Exception:
                 log.exception("job %s: recording the verdict failed (attempt %d)", claim.job_id, attempt + 1)
