@@ -1,20 +1,31 @@
 """GET /healthz (the process answers) and GET /readyz (the database answers, its schema is current, and the worker
-this process runs or started is not stalled)."""
+this process runs or started is not stalled).
+
+Both are anonymous: a database failure is answered with a generic reason, never the driver's text (it names the
+database host, port, user and database); the detail goes to the log, and to a caller with the admin key."""
 
 from __future__ import annotations
+
+import logging
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import func, select, text
 
 from service.api import schemas
-from service.api.deps import DatabaseDep
+from service.api.deps import DatabaseDep, SettingsDep, TokenDep
 from service.db.migrate import head_revision
+from service.core.security import same_secret
 from service.db.models import Job, utcnow
 from service.queue.states import ACTIVE, JobState
 from service.worker.registry import local_stalls
 
+log = logging.getLogger(__name__)
+
 router = APIRouter(tags=["health"])
+
+DATABASE_UNAVAILABLE = "the database did not answer"
+"""/readyz's public reason for any database failure."""
 
 
 @router.get("/healthz", response_model=schemas.Health, summary="Liveness")
@@ -24,7 +35,7 @@ def healthz() -> schemas.Health:
 
 @router.get("/readyz", response_model=schemas.Health, summary="Readiness: database reachable, schema current",
             responses={503: {"model": schemas.Health}})
-def readyz(db: DatabaseDep):  # noqa: ANN201
+def readyz(db: DatabaseDep, token: TokenDep, settings: SettingsDep):  # noqa: ANN201
     """Also reports the queue: jobs queued, jobs held by workers, and how many workers hold a live lease now
     (an idle worker holds none, so 0 does not mean no worker is running). 503 "worker stalled" while the worker
     that this process runs or started (`kernel-judge serve`'s) has stalled jobs whose threads have not come back."""
@@ -36,8 +47,12 @@ def readyz(db: DatabaseDep):  # noqa: ANN201
             workers = session.scalar(select(func.count(func.distinct(Job.worker_id))).where(
                 Job.state.in_(ACTIVE), Job.lease_expires_at > utcnow()))
             stalls = local_stalls(session)
-    except Exception as exc:  # noqa: BLE001 -- any database failure means "not ready"; the reason is reported
-        return JSONResponse(status_code=503, content={"status": "unavailable", "detail": {"error": str(exc)[:500]}})
+    except Exception as exc:  # noqa: BLE001 -- any database failure means "not ready"
+        log.warning("readyz: the database failed: %s", exc)
+        detail = {"reason": DATABASE_UNAVAILABLE}
+        if settings.admin_key and token and same_secret(token, settings.admin_key):
+            detail["error"] = str(exc)[:500]
+        return JSONResponse(status_code=503, content={"status": "unavailable", "detail": detail})
     head = head_revision()
     if revision != head:
         return JSONResponse(status_code=503, content={"status": "migrations pending",
