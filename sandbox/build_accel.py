@@ -53,7 +53,9 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -223,6 +225,63 @@ def _locked(path: Path, *, blocking: bool = True) -> Iterator[bool]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+_SUPERVISOR = """\
+import ctypes, os, signal, subprocess, sys
+parent, argv = int(sys.argv[1]), sys.argv[2:]
+def kill_tree(*_):
+    os.killpg(0, signal.SIGKILL)
+def parent_died(*_):
+    if os.getppid() != parent:
+        kill_tree()
+signal.signal(signal.SIGTERM, kill_tree)
+signal.signal(signal.SIGUSR1, parent_died)
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGUSR1, 0, 0, 0)  # PR_SET_PDEATHSIG
+parent_died()
+code = subprocess.call(argv)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+"""`python -I -S -c _SUPERVISOR PARENT_PID ARGV...` runs a PCH compiler (ARGV) that dies with the process that
+started it. Trusted code, judge's own compiles; started with `start_new_session`, so it leads a process group
+holding the whole compiler tree.
+
+Why not exec the compiler in place, as `sandbox.baseline`'s `_WATCHED_MAIN` does: PR_SET_PDEATHSIG covers only
+the process that asks, and g++ is a driver that runs cc1plus as its child, which would outlive a killed g++
+(and the PCH compile is cc1plus's tens of seconds). So this stays as the group's parent and, when its own
+parent-death signal comes, SIGKILLs the group, itself and the compilers. The signal fires when the *thread*
+that started it exits, not only the process: the handler acts only once getppid() is no longer the starting
+process (a thread's exit reparents it to another thread of that process, with the same pid, and arms the
+signal again for the next one). The check right after the request catches a starter that died before it.
+SIGTERM (a timeout's kill, an operator) also takes the whole group. No Python runs between fork and exec in
+the worker (no `preexec_fn`, see sandbox/isolation.py): the request is made here, after exec, as the baseline
+process does; `setpriv --pdeathsig` would have the same one-process reach and needs util-linux 2.33+."""
+
+
+def _start_compiler(argv: list[str], **popen: object) -> subprocess.Popen:
+    """Start a PCH compiler under `_SUPERVISOR`: it and its children die with this process."""
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), *argv],
+                            start_new_session=True, **popen)
+
+
+def _kill_compiler(proc: subprocess.Popen) -> None:
+    """SIGKILL the supervisor's whole group (before it is reaped, so its pid is still the group's id)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _run_compiler(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:
+    """Run a PCH compiler to its end; None when it ran past `timeout_s` (then its whole tree is killed)."""
+    proc = _start_compiler(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_compiler(proc)
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def _complete(variant_dir: Path) -> bool:
     return (variant_dir / FLAGS_FILE).is_file() and (variant_dir / PCH_NAME).is_file()
 
@@ -257,9 +316,9 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
             started = time.monotonic()
             subset = _start_subset(tmp, compiler, flags)  # beside the full PCH: the host has cores
             try:
-                proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                return None  # a loaded host: try again another time
+                proc = _run_compiler(argv, timeout_s)
+                if proc is None:
+                    return None  # a loaded host: try again another time
             except OSError as exc:
                 failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
                 return None
@@ -304,7 +363,7 @@ def _start_subset(tmp: Path, compiler: str, flags: list[str]) -> subprocess.Pope
     (tmp / SUBSET_DIR / "torch").mkdir(parents=True)
     argv = [*shlex.split(compiler), *flags, "-x", "c++-header", str(source), "-o", str(tmp / SUBSET_DIR / PCH_NAME)]
     try:
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return _start_compiler(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     except OSError:
         return None
 
@@ -316,7 +375,7 @@ def _finish_subset(tmp: Path, proc: subprocess.Popen | None, started: float, tim
     try:
         _, err = proc.communicate(timeout=max(1.0, timeout_s - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _kill_compiler(proc)
         _, err = proc.communicate()
     shutil.rmtree(tmp / ".subset-source", ignore_errors=True)
     if proc.returncode == 0 and (tmp / SUBSET_DIR / PCH_NAME).is_file():

@@ -13,6 +13,9 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
+import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -299,3 +302,62 @@ def test_after_the_full_pch_main_cpp_gets_none_and_the_compile_reads_a_mirror(tm
     assert build_hooks.no_pch_instead() and "CPATH" not in os.environ
     assert not build_hooks.no_pch_instead()
     assert build_hooks.mirror_pch(ext) is None
+
+
+# --- the compilers die with the process that started them ------------------------------------------------
+
+_START_BUILD = """\
+import sys
+from pathlib import Path
+from sandbox import build_accel
+compiler, flags = build_accel.torch_compile_flags("cpu", ())
+build_accel.build_variant(Path(sys.argv[1]), compiler, flags)
+"""
+
+
+def _marked(mark: str) -> dict[int, str]:
+    """Processes whose environment carries `mark` (every descendant of the marked process inherits it): pid -> comm."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if mark.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:  # gone meanwhile, or a zombie
+            continue
+    return found
+
+
+def _wait(condition, timeout: float) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def test_a_killed_builder_takes_its_pch_compilers_with_it(tmp_path: Path) -> None:
+    """SIGKILL of the process building the shared PCH (a worker, here a bare Python process) while both compilers
+    run: the drivers and their cc1plus are gone soon after, none left compiling for nobody."""
+    compiler, flags = build_accel.torch_compile_flags("cpu", ())
+    expected = 2 if build_accel.subset_header_text(flags) is not None else 1
+    mark = f"JUDGE_TEST_PCH_MARK={uuid.uuid4().hex}"
+    name, value = mark.split("=", 1)
+    builder = subprocess.Popen([sys.executable, "-c", _START_BUILD, str(tmp_path / "accel")],
+                               env={**os.environ, name: value})
+    try:
+        compiling = lambda: sum(comm == "cc1plus" for comm in _marked(mark).values()) >= expected  # noqa: E731
+        assert _wait(compiling, 180), f"the PCH compilers never started: {_marked(mark)}"
+        builder.kill()
+        builder.wait()
+        left = lambda: not _marked(mark)  # noqa: E731
+        assert _wait(left, 30), f"left running after their builder was killed: {_marked(mark)}"
+    finally:
+        builder.kill()
+        for pid in _marked(mark):  # only this test's own processes, found by its mark
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
