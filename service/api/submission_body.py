@@ -16,13 +16,14 @@ from pydantic import ValidationError
 from reference import UnknownTask, get_task
 from service.api import schemas
 from service.api.deps import SettingsDep, unknown_task
+from service.api.openapi import inline_schema
 
 TEXT_TYPES = ("text/", "application/octet-stream")
 
 REQUEST_BODY = {
     "required": True,
     "content": {
-        "application/json": {"schema": schemas.SubmissionCreate.model_json_schema()},
+        "application/json": {"schema": inline_schema(schemas.SubmissionCreate)},
         "text/plain": {"schema": {**schemas.SubmissionCreate.model_json_schema()["properties"]["source"], "description":
                                   "The candidate as the raw body (UTF-8); `task` (required) and the metadata go in "
                                   "the query string."}},

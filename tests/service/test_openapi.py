@@ -8,6 +8,7 @@ this server (no CDN), and each asset answers.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -104,3 +105,13 @@ def test_documentation_pages_load_only_local_assets(docs_client, page):
         assert url.startswith("/"), url
         fetched = client.get(url)
         assert fetched.status_code == 200 and fetched.content, url
+
+
+def test_the_document_is_valid_openapi_with_every_reference_resolvable(spec):
+    """An OpenAPI validator's word (generators and /redoc stop at the first broken `$ref`: a route's hand-written
+    schema once carried pydantic's `#/$defs/...`, which points at the document's root)."""
+    from openapi_spec_validator import validate
+
+    validate(spec)
+    refs = set(re.findall(r'"\$ref": "([^"]+)"', json.dumps(spec)))
+    assert refs and all(ref.startswith("#/components/schemas/") for ref in refs), refs

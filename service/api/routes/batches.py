@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep
+from service.api.openapi import inline_schema
 from service.batches import store
 from service.batches.metrics import batch_metrics
 from service.batches.parse import (
@@ -45,11 +46,11 @@ _REQUEST_BODY = {
     "content": {
         "application/x-ndjson": {"schema": {"type": "string", "description": "One JSON Sample per line."},
                                  "example": '{"task": "kl_div", "completion": "...", "model": "m"}\n'},
-        "application/json": {"schema": {"oneOf": [{"type": "array", "items": Sample.model_json_schema()},
+        "application/json": {"schema": {"oneOf": [{"type": "array", "items": inline_schema(Sample)},
                                                   {"type": "object", "properties": {
                                                       "name": {"type": "string"}, "tags": {"type": "array"},
                                                       "samples": {"type": "array",
-                                                                  "items": Sample.model_json_schema()}}}]}},
+                                                                  "items": inline_schema(Sample)}}}]}},
     },
 }
 
@@ -226,7 +227,7 @@ def stream_results(db: Database, batch_id: str, fmt: str) -> Iterator[str]:
     "/{batch_id}/results",
     summary="Per-sample results, streamed as JSONL or CSV",
     response_class=StreamingResponse,
-    responses={200: {"content": {"application/x-ndjson": {"schema": ResultRow.model_json_schema()},
+    responses={200: {"content": {"application/x-ndjson": {"schema": inline_schema(ResultRow)},
                                  "text/csv": {}},
                      "description": "One row per sample in line order (a ResultRow); unfinished: status null."}},
 )

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from sandbox.verdict import Status
 from service.api.deps import CurrentKey, DatabaseDep, SettingsDep, VerdictWaitsDep
+from service.api.openapi import inline_schema
 from service.api.routes.batches import check_quota, read_body
 from service.api.verdict_waits import wait_for_verdict
 from service.batches import store
@@ -31,26 +32,8 @@ from service.db.session import Database
 router = APIRouter(prefix="/v1/rewards", tags=["rewards"])
 
 
-def _inline_defs(schema: dict) -> dict:
-    """pydantic's JSON schema with its `$defs` inlined: refs to `#/$defs/...` would otherwise point at the root
-    of the OpenAPI document, where they do not exist (the route reads its body itself, for the size limit)."""
-    defs = schema.pop("$defs", {})
-
-    def walk(node: object) -> object:
-        if isinstance(node, dict):
-            ref = node.get("$ref", "")
-            if ref.startswith("#/$defs/"):
-                return walk(defs[ref.removeprefix("#/$defs/")])
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    return walk(schema)  # type: ignore[return-value]
-
-
 _REQUEST_BODY = {"required": True,
-                 "content": {"application/json": {"schema": _inline_defs(RewardsRequest.model_json_schema())}}}
+                 "content": {"application/json": {"schema": inline_schema(RewardsRequest)}}}
 
 
 def _parse(body: bytes, settings: Settings) -> tuple[RewardsRequest, Parsed]:
