@@ -1,7 +1,8 @@
 """The judge's build accelerators never change a verdict: every C++ candidate of the CPU corpus, judged with
 them (the config's defaults: precompiled headers, subset first) and without (`precompiled_headers=False`).
 
-Real builds in two fresh build roots, so that neither run can reuse the other's outcome; the PCH variants
+Real builds in two build roots (the session's, and a fresh one for the builds without), so that neither run can
+reuse the other's outcome; the PCH variants
 and the baselines come from the session's cache root (trusted artifacts the judge builds from torch alone,
 whatever the candidate). The accelerators act only at the build stage, and a build's products are the same
 either way (sandbox/build_accel.py), so most files are compared there (the outcome of `prepare`); the
@@ -63,7 +64,10 @@ def test_the_model_style_files_cover_what_models_write() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # a fresh session also builds the four PCH variants the files ask for (~75 s each here)
 def test_accelerators_never_change_a_verdict(judge_config: JudgeConfig, tmp_path: Path) -> None:
-    on = replace(judge_config, build_root=tmp_path / "on")
+    # With the accelerators: the session's build root, which tests/sandbox/test_corpus.py judges the same files in
+    # with the same (default) configuration, so each accelerated build is made once per run. Without: a fresh root
+    # of its own, so that no accelerated outcome can be reused there.
+    on = judge_config
     off = replace(judge_config, build_root=tmp_path / "off", precompiled_headers=False)
     runs = [(path, config) for path in CPP_FILES for config in (on, off)]
     with ThreadPoolExecutor(max_workers=2) as pool:  # two builds at once: one per core of the CI machine
