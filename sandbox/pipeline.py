@@ -104,6 +104,11 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
                         details={"stage": "static_checks", "rule": report.findings[0].rule}, **common)
 
     chain = build.toolchain(target)
+    if config.isolation in ("unshare", "none"):
+        # ninja records the paths a build ran at: /build under bubblewrap, the host's directory under the weaker
+        # mechanisms. A build made under one is not up to date under the other, and the execution child never
+        # builds (sandbox/no_build.py), so the two must not share a build.
+        chain += f"; built at host paths ({config.isolation})"
     key = build.build_key(source, chain)
     paths = build.KeyPaths.of(config.build_root, key)
     t0 = time.monotonic()

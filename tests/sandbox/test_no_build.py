@@ -129,3 +129,14 @@ def test_a_module_missing_at_import_is_a_compile_error_before_the_device(judge_c
     assert verdict.details["rule"] == "import_failed" and verdict.details["module"] == "tilelang_not_installed"
     assert "This host judges" in verdict.diagnosis
     assert "load" not in verdict.stages and "start" not in verdict.stages, verdict.stages
+
+
+def test_a_build_made_under_bubblewrap_is_not_reused_under_a_weaker_mechanism(judge_config: JudgeConfig,
+                                                                               tmp_path: Path) -> None:
+    """ninja records the paths a build ran at (/build under bubblewrap, the host's directory otherwise): shared
+    between mechanisms, the execution child would find it out of date and refuse to build it."""
+    source = (CANDIDATES.parent.parent / "corpus" / "cpu" / "kl_div_cpp_correct.py").read_text()
+    config = replace(judge_config, build_root=tmp_path / "builds")
+    for mechanism in ("auto", "unshare"):
+        verdict = judge("kl_div", source, "cpu", config=replace(config, isolation=mechanism))
+        assert verdict.status is Status.CORRECT, (mechanism, verdict.diagnosis)
