@@ -62,7 +62,7 @@ def test_the_model_style_files_cover_what_models_write() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # a fresh session also builds the four PCH variants the files ask for (~75 s each here)
+@pytest.mark.timeout(1800)  # a fresh pytest run also builds the 4 PCH variants the files ask for (~75 s each, 2 cores)
 def test_accelerators_never_change_a_verdict(judge_config: JudgeConfig, tmp_path: Path) -> None:
     # With the accelerators: the session's build root, which tests/sandbox/test_corpus.py judges the same files in
     # with the same (default) configuration, so each accelerated build is made once per run. Without: a fresh root
