@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from sandbox.verdict import Status, Verdict
+from service import visibility
 from service.api import schemas
 from service.core.security import display_prefix, generate_key, hash_key
 from service.db.models import ApiKey, Job, Submission, VerdictRow, utcnow
@@ -110,7 +111,8 @@ def create_submission(session: Session, key: ApiKey, body: schemas.SubmissionCre
         return check_replay(existing, body)
     submission = Submission(task_id=body.task, source=body.source, source_sha256=sha256(body.source),
                             api_key_id=key.id, submitter=key.submitter, idempotency_key=body.idempotency_key,
-                            model=body.model, sample_index=body.sample_index, sampling=body.sampling, tags=body.tags)
+                            model=body.model, sample_index=body.sample_index, sampling=body.sampling, tags=body.tags,
+                            public=body.public)
     try:
         # A savepoint, so that losing the race below leaves the caller's transaction usable.
         with session.begin_nested():
@@ -145,7 +147,10 @@ def queue_position(session: Session, job: Job) -> int | None:
         Job.state == JobState.QUEUED, Job.not_before <= now, ahead)) or 0
 
 
-def submission_view(session: Session, submission_id: str) -> schemas.SubmissionOut | None:
+def submission_view(session: Session, submission_id: str,
+                    public_after: dt.datetime | None = None) -> schemas.SubmissionOut | None:
+    """The public view of a submission (never its source); `public_after` is Settings.sources_public_after, for
+    `source_public`."""
     sub = session.get(Submission, submission_id)
     if sub is None:
         return None
@@ -165,7 +170,8 @@ def submission_view(session: Session, submission_id: str) -> schemas.SubmissionO
                                       finished_at=aware(job.finished_at)),
         attempts=job.claims, compile_cached=job.compile_cached,
         verdict=Verdict.model_validate(verdict_row.verdict) if verdict_row else None,
-        duplicate_of=sub.duplicate_of,
+        duplicate_of=sub.duplicate_of, public=sub.public,
+        source_public=visibility.public_to_all(sub, public_after),
     )
 
 

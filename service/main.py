@@ -21,7 +21,9 @@ DESCRIPTION = """Submit candidate GPU kernels for KernelBench-style tasks; each 
 sandbox, checked against the PyTorch reference, timed against eager and torch.compile, and ranked.
 
 Writes need an API key (`Authorization: Bearer kj_...`); tasks, submissions and leaderboards are readable
-without one. Submissions are queued durably and judged by workers; follow one with
+without one. A submission's verdict is public, its source is not: only its submitter and the admin key read it,
+until it is made public (`public: true`, PATCH /v1/submissions/{id}) or the operator's
+JUDGE_SOURCES_PUBLIC_AFTER passes. Submissions are queued durably and judged by workers; follow one with
 `GET /v1/submissions/{id}` or its server-sent events."""
 
 

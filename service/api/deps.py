@@ -1,4 +1,5 @@
-"""Dependencies declared once as `Annotated` types: settings, database, sessions, the caller's key."""
+"""Dependencies declared once as `Annotated` types: settings, database, sessions, the caller's key (or who the caller
+is, where no key is needed)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from service.core.config import Settings
 from service.core.security import same_secret
 from service.db.models import ApiKey
 from service.db.session import Database
+from service.visibility import ADMIN, ANONYMOUS, Viewer
 
 
 def get_settings(request: Request) -> Settings:
@@ -87,6 +89,27 @@ def current_key(token: TokenDep, db: DatabaseDep) -> ApiKey:
 
 
 CurrentKey = Annotated[ApiKey, Depends(current_key)]
+
+
+def current_viewer(token: TokenDep, db: DatabaseDep, settings: SettingsDep) -> Viewer:
+    """Who asks, for routes readable without a key whose answer depends on the caller (service/visibility.py):
+    no key is the anonymous viewer; the admin key is the admin; an unknown or revoked key is a 401, never quietly
+    anonymous, so a client with a stale key learns it."""
+    if not token:
+        return ANONYMOUS
+    if settings.admin_key and same_secret(token, settings.admin_key):
+        return ADMIN
+    with db.transaction(read_only=True) as session:
+        key = crud.find_key(session, token)
+    if key is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "unknown or revoked API key", headers=_UNAUTHORIZED)
+    return Viewer(submitter=key.submitter)
+
+
+ViewerDep = Annotated[Viewer, Depends(current_viewer)]
+OPTIONAL_KEY = {"security": [{}]}
+"""`openapi_extra` of a route taking ViewerDep: FastAPI lists the key schemes as required, and this adds the empty
+requirement that OpenAPI reads as "or no key at all"."""
 
 
 def require_admin(token: TokenDep, settings: SettingsDep) -> None:

@@ -95,6 +95,11 @@ def json_integer(value: Any) -> Any:
     return value
 
 
+PUBLIC_FIELD = ("Make the source readable by anyone (its page and GET /v1/submissions/{id}/source). Default false: "
+                "private to its submitter and the admin key until they make it public (PATCH /v1/submissions/{id}) "
+                "or the operator's JUDGE_SOURCES_PUBLIC_AFTER passes. The verdict is public either way.")
+
+
 class SampleFields(BaseModel):
     """What describes a sample, whichever way it arrives (POST /v1/submissions, a line of a batch, an item of
     POST /v1/rewards): one definition, so every entry point refuses the same values with the same message."""
@@ -109,6 +114,8 @@ class SampleFields(BaseModel):
     sample_index: int | None = Field(default=None, ge=0, le=MAX_SAMPLE_INDEX,
                                      description="Index of this sample among several (an integer, not a boolean).")
     tags: list[Tag] = Field(default_factory=list, max_length=32, description="Free-form labels.")
+    # strict: JSON true or false only (lax mode would take 1, "yes" or "on", which the schema calls invalid).
+    public: bool = Field(default=False, strict=True, description=PUBLIC_FIELD)
 
     @field_validator("sample_index", mode="before")
     @classmethod
@@ -186,6 +193,10 @@ class SubmissionOut(BaseModel):
     duplicate_of: str | None = Field(default=None, description=(
         "Set for a batch sample whose extracted source repeats an earlier sample of the same task in its batch: "
         "it was not judged again and shows that sample's job and verdict."))
+    public: bool = Field(default=False, description="Its submitter made its source public.")
+    source_public: bool = Field(default=False, description=(
+        "Anyone may read its source now: it is `public`, or it was sent before JUDGE_SOURCES_PUBLIC_AFTER, which has "
+        "passed. Otherwise only its submitter and the admin key may (GET /v1/submissions/{id}/source)."))
 
 
 class SubmissionSummary(BaseModel):
@@ -206,6 +217,15 @@ class SubmissionSummary(BaseModel):
 class SubmissionPage(BaseModel):
     items: list[SubmissionSummary] = Field(description="Newest first.")
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class SubmissionUpdate(BaseModel):
+    """What its submitter (or the admin key) may change after sending: whether its source is public."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"public": True}]})
+
+    public: bool = Field(strict=True, description="True: anyone may read the source. False: private again (unless "
+                                     "JUDGE_SOURCES_PUBLIC_AFTER has published it).")
 
 
 class SubmissionSource(BaseModel):

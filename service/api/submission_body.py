@@ -8,7 +8,7 @@ Content-Length already says too much), so a huge upload costs nothing.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, Header, HTTPException, Query, Request, status
 from pydantic import ValidationError
@@ -104,6 +104,9 @@ async def submission_body(
     sample_index: Annotated[int | None, Query(ge=0, le=schemas.MAX_SAMPLE_INDEX,
                                               description="With a text body: the sample's index.")] = None,
     tag: Annotated[list[str] | None, Query(description="With a text body: a label (repeat for several).")] = None,
+    # "true" or "false" only: a bool parameter would also take 1, "yes" or "on", which OpenAPI calls invalid.
+    public: Annotated[Literal["true", "false"] | None, Query(
+        description="With a text body: `true` makes the source readable by anyone (default private).")] = None,
     idempotency_key_query: Annotated[str | None, Query(
         alias="idempotency_key", min_length=1, max_length=200,
         description="With a text body: the idempotency key (or use the Idempotency-Key header).")] = None,
@@ -120,7 +123,7 @@ async def submission_body(
             raise invalid("with a text body, the task goes in the query string: ?task=kl_div",
                           [{"loc": ("query", "task"), "msg": "Field required"}])
         fields = {"task": task, "source": _decode(raw, "the source"), "model": model, "tags": tag or [],
-                  "sample_index": sample_index, "idempotency_key": idempotency_key_query}
+                  "sample_index": sample_index, "idempotency_key": idempotency_key_query, "public": public == "true"}
         body = _validated(fields, "query")
     elif content_type == "application/json":
         _decode(raw, "the request body")

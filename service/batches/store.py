@@ -143,7 +143,8 @@ def create_batch(session: Session, key: ApiKey, samples: list[tuple[int, Sample]
                      "submitter": key.submitter, "idempotency_key": None, "model": sample.model,
                      "sample_index": sample.sample_index, "sampling": sample.sampling, "tags": sample.tags or tags,
                      "created_at": now, "batch_id": batch.id, "line": line, "duplicate_of": original,
-                     "parent_id": sample.parent_id, "turn": sample.turn, "sample_metadata": sample.metadata or None})
+                     "parent_id": sample.parent_id, "turn": sample.turn, "sample_metadata": sample.metadata or None,
+                     "public": sample.public})
         created.samples.append(Admitted(line, sub_id, original, key_))
     session.execute(insert(Submission), subs)
     session.execute(insert(Job), jobs)

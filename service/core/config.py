@@ -6,12 +6,13 @@ Variables are prefixed ``JUDGE_`` except ``DATABASE_URL``. The sandbox reads its
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import functools
 import os
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -41,6 +42,12 @@ class Settings(BaseSettings):
     A long LLM completion with reasoning is ~20-60 KiB."""
     max_request_bytes: int = 512 * 1024
     """Largest accepted request body (source + metadata + JSON escaping); larger answers 413."""
+    sources_public_after: dt.datetime | None = None
+    """The end of a competition (ISO 8601: `2026-12-31` or `2026-12-31T18:00:00+01:00`; no zone means UTC). Once it
+    has passed, the source of every submission sent before it is public: on its page and through
+    GET /v1/submissions/{id}/source, to anyone. Submissions sent after it stay private unless their submitter made
+    them public. Unset: a source is readable only by its submitter, the admin key, and anyone once its submitter
+    made it public (service/visibility.py has the policy)."""
 
     # --- rate limits and quotas (per API key) --------------------------------------------------
     rate_limit_per_minute: float = 600.0
@@ -126,6 +133,14 @@ class Settings(BaseSettings):
     rewards_max_wait_s: float = 3600.0
     """Longest a POST /v1/rewards call may hold its connection, whatever its `deadline_s` asks (a proxy in
     front of the service may need less); past it the call answers with `complete: false`."""
+
+    @field_validator("sources_public_after")
+    @classmethod
+    def _naive_utc(cls, value: dt.datetime | None) -> dt.datetime | None:
+        # Stored times are naive UTC (service/db/models.py), so the date is compared as one.
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value
 
     @property
     def db_url(self) -> str:

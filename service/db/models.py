@@ -1,7 +1,7 @@
 """The tables. The database is the system of record: a submission is durable once POST returns.
 
 - `api_keys`: who may submit (hashed keys) and their rate-limit bucket.
-- `submissions`: what was sent (source and client metadata); immutable after insert.
+- `submissions`: what was sent (source and client metadata); immutable after insert, but for `public`.
 - `jobs`: one per submission, the queue entry and its state machine (service.queue.states).
 - `job_attempts`: every claim of a job by a worker and how it ended (for audits and crash loops).
 - `verdicts`: at most one per submission (unique), the sandbox `Verdict` JSON plus indexed columns
@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text,
-                        UniqueConstraint, event, text)
+                        UniqueConstraint, event, false, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from sandbox.verdict import Status
@@ -98,6 +98,9 @@ class Submission(Base):
     sampling: Mapped[dict[str, Any]] = mapped_column(default=dict)
     tags: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    public: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """Its submitter made its source readable by anyone (migration 0008); who may read it is decided by
+    service/visibility.py alone."""
     # Batch samples (migration 0004, service.batches); all null for a submission sent on its own.
     batch_id: Mapped[str | None] = mapped_column(ForeignKey("batches.id"))
     line: Mapped[int | None]

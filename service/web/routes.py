@@ -1,7 +1,9 @@
 """Page routes: `/`, `/leaderboard/{task}`, `/submissions/{id}` (and `/batches/{id}`, in service/web/batch.py).
 
 Routes stay thin: read through service.ranking and service.crud in the request's read-only session, then
-render a template. The pages use the same query parameters as the JSON routes, as plain GET forms.
+render a template. The pages use the same query parameters as the JSON routes, as plain GET forms. A
+submission's page shows its source only where service/visibility.py lets anyone read it: the pages have no
+login, so every visitor is anonymous there.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from reference import UnknownTask, all_tasks, get_task
-from service import crud, ranking
-from service.api.deps import ReadSessionDep
+from service import crud, ranking, visibility
+from service.api.deps import ReadSessionDep, SettingsDep
 from service.db.models import Submission
 from service.web import batch, plots
 from service.web.highlight import source_html
@@ -96,16 +98,22 @@ def _timing_plot(verdict) -> object:  # noqa: ANN001
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse)
-def submission(request: Request, submission_id: str,
-               session: ReadSessionDep) -> HTMLResponse:
-    view = crud.submission_view(session, submission_id) if len(submission_id) <= 64 else None
+def submission(request: Request, submission_id: str, session: ReadSessionDep, settings: SettingsDep) -> HTMLResponse:
+    public_after = settings.sources_public_after
+    view = crud.submission_view(session, submission_id, public_after) if len(submission_id) <= 64 else None
     if view is None:
         return not_found(request, f"submission {submission_id!r}")
-    source = session.get(Submission, submission_id).source
+    row = session.get(Submission, submission_id)
+    # The pages have no login: every visitor is anonymous, and sees the source only where anyone may.
+    access = visibility.source_access(row, visibility.ANONYMOUS, public_after)
+    source = row.source if access is not visibility.SourceAccess.PRIVATE else None
     verdict = view.verdict
     failed = next((t for t in verdict.trials if not t.passed), None) if verdict else None
     return page(request, "submission.html", sub=view, verdict=verdict, failed_trial=failed,
-                source=source_html(source), source_lines=len(source.splitlines()),
+                source=source_html(source) if source is not None else None,
+                source_lines=len(source.splitlines()) if source is not None else 0,
+                access=access.value, public_after=public_after,
+                publish_on=public_after if public_after is not None and row.created_at < public_after else None,
                 timing=_timing_plot(verdict),
                 details=json.dumps(verdict.details, indent=2, sort_keys=True) if verdict and verdict.details else "",
                 sampling=json.dumps(view.sampling, sort_keys=True) if view.sampling else "",

@@ -52,7 +52,7 @@ def refused_line(response, line: int, *words: str) -> str:  # noqa: ANN001
 def test_every_entry_point_validates_a_sample_with_the_same_schema():
     assert issubclass(Sample, SampleFields)
     common = set(SampleFields.model_fields)
-    assert common == {"task", "model", "sampling", "sample_index", "tags"}
+    assert common == {"task", "model", "sampling", "sample_index", "tags", "public"}
     inherited, declared = Sample.model_json_schema()["properties"], SampleFields.model_json_schema()["properties"]
     for name in common:
         assert inherited[name] == declared[name], name
@@ -70,6 +70,8 @@ BAD_FIELDS = [
     ("sample_index", -1, "greater than or equal"),
     ("sample_index", 2**63, "less than or equal"),
     ("sampling", {"t": 2**64}, "64 bits"),
+    ("public", 1, "valid boolean"),
+    ("public", "true", "valid boolean"),
 ]
 
 

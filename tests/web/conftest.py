@@ -16,7 +16,7 @@ import pytest
 
 from scripts.seed_demo import insert
 from service.db.migrate import upgrade
-from service.db.models import ApiKey, new_id
+from service.db.models import ApiKey, Submission, new_id
 from service.db.session import Database
 from tests.service.conftest import ADMIN_KEY, Proc, free_port, wait_api
 from tests.service.conftest import client, db, judge_dirs, settings, spawn, live_api  # noqa: F401 (fixtures reused)
@@ -63,13 +63,17 @@ class Seeder:
         return session.merge(self.keys[who])
 
     def add(self, who: str, model: str | None, code: str, median: float | None, task: str = "kl_div",
-            source: str | None = None, tags: list | None = None, batch: object = None, **kw: Any) -> str:
+            source: str | None = None, tags: list | None = None, batch: object = None, public: bool = False,
+            **kw: Any) -> str:
+        """`public`: its submitter made its source public (else the page shows the verdict only)."""
         self.n += 1
         with self.db.transaction() as session:
             key = self.key(session, who)
-            return insert(session, key, task, source or code, verdict(task, code, median, **kw),
-                          T0 + dt.timedelta(minutes=self.n), model, tags,
-                          session.get(type(batch), batch.id) if batch is not None else None)
+            sub_id = insert(session, key, task, source or code, verdict(task, code, median, **kw),
+                            T0 + dt.timedelta(minutes=self.n), model, tags,
+                            session.get(type(batch), batch.id) if batch is not None else None)
+            session.get(Submission, sub_id).public = public
+            return sub_id
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def test_a_compile_error_page_leads_with_the_compiler_errors(site, page):
 def test_hostile_source_and_metadata_render_as_text(site, page):
     base, seed = site
     source = f"# {XSS}\nclass ModelNew:  # </pre></code>{XSS}\n    pass\n"
-    sub = seed.add(XSS, XSS, source, 1.0, device="GPU XSS", tags=[XSS], diagnosis=f"correct {XSS}")
+    sub = seed.add(XSS, XSS, source, 1.0, device="GPU XSS", tags=[XSS], diagnosis=f"correct {XSS}", public=True)
     page.goto(f"{base}/submissions/{sub}")
     assert page.locator("dd.model").inner_text().startswith(XSS)
     assert page.locator("dd.submitter").inner_text() == XSS

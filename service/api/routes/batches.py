@@ -129,10 +129,11 @@ async def create_batch(request: Request, response: Response, key: CurrentKey, db
                        settings: SettingsDep,
                        name: Annotated[str | None, Query(max_length=200)] = None) -> BatchAccepted:
     """Queue many samples at once and return at once (202). Each line (or list item) is a `Sample`: `task`, one of
-    `source` and `completion`, and optionally `model`, `sample_index`, `sampling`, `metadata`, `parent_id`, `turn`.
-    Bad lines are listed in `rejected` by line number and the good ones are accepted. Samples of the same task
-    whose extracted code is identical are judged once: the later ones are stored as duplicates sharing the
-    verdict. Follow the batch at the returned `url`."""
+    `source` and `completion`, and optionally `model`, `sample_index`, `sampling`, `metadata`, `parent_id`, `turn`,
+    `public` (`true`: anyone may read that sample's source; default private to you). Bad lines are listed in
+    `rejected` by line number and the good ones are accepted. Samples of the same task whose extracted code is
+    identical are judged once: the later ones are stored as duplicates sharing the verdict. Follow the batch at
+    the returned `url`."""
     body = await read_body(request, settings.max_batch_bytes)
     parsed = await run_in_threadpool(parse_or_raise, body, media_type(request), settings)
     if name is not None:

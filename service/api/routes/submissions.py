@@ -1,5 +1,5 @@
-"""POST /v1/submissions, GET /v1/submissions (yours, paginated), GET /v1/submissions/{id}, its /source and its
-/events (server-sent events)."""
+"""POST /v1/submissions, GET /v1/submissions (yours, paginated), GET and PATCH /v1/submissions/{id}, its /source
+(where service/visibility.py allows) and its /events (server-sent events)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from fastapi.responses import StreamingResponse
 from sandbox.verdict import Status
 from service import crud
 from service.api import schemas
-from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep, VerdictWaitsDep
+from service.api.deps import (OPTIONAL_KEY, CurrentKey, DatabaseDep, ReadSessionDep, SessionDep, SettingsDep,
+                              VerdictWaitsDep, ViewerDep)
 from service.api.errors import responses
 from service.api.submission_body import REQUEST_BODY, SubmissionBody
 from service.api.verdict_waits import wait_for_verdict
@@ -23,6 +24,7 @@ from service.core.ratelimit import lock_key, spend_token
 from service.db.models import ApiKey
 from service.db.session import Database
 from service.queue.states import PublicStatus
+from service.visibility import can_see_source
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
 
@@ -48,8 +50,10 @@ async def create_submission(response: Response, key: CurrentKey, db: DatabaseDep
                             body: SubmissionBody) -> schemas.SubmissionAccepted:
     """Queue a candidate for judging and return at once (202). The submission and its job are written in one
     transaction, so the candidate is durable when this returns. Send JSON (`SubmissionCreate`), or the source
-    itself as `text/plain` with `?task=...` (and optionally `model`, `sample_index`, `tag`, `idempotency_key`)
-    in the query. Resending with the same idempotency key returns the first submission (`duplicate: true`)."""
+    itself as `text/plain` with `?task=...` (and optionally `model`, `sample_index`, `tag`, `public`,
+    `idempotency_key`) in the query. The verdict will be public; the source is private to you unless `public` is
+    true (see PATCH /v1/submissions/{id}). Resending with the same idempotency key returns the first submission
+    (`duplicate: true`)."""
     created = await run_in_threadpool(_admit, db, settings, key, body)
     status_ = PublicStatus.QUEUED if not created.duplicate else await run_in_threadpool(_status, db,
                                                                                         created.submission.id)
@@ -130,22 +134,55 @@ def list_submissions(
 
 @router.get("/{submission_id}", response_model=schemas.SubmissionOut, summary="Status and verdict of a submission",
             responses=responses(404, 422, 503))
-def read_submission(submission_id: str, session: ReadSessionDep) -> schemas.SubmissionOut:
+def read_submission(submission_id: str, session: ReadSessionDep, settings: SettingsDep) -> schemas.SubmissionOut:
     """Status (`queued`, `compiling`, `running`, `done`), the time each stage began, the position in the queue
-    while queued, and the full verdict once done. Anyone with the id may read it."""
-    view = crud.submission_view(session, submission_id)
+    while queued, and the full verdict once done. Anyone with the id may read it; the source is not part of it
+    (`source_public` says whether anyone may read that too)."""
+    view = crud.submission_view(session, submission_id, settings.sources_public_after)
     if view is None:
         raise _not_found(submission_id)
     return view
 
 
-@router.get("/{submission_id}/source", response_model=schemas.SubmissionSource,
-            summary="The source of one of your submissions", responses=responses(401, 404, 422, 503))
-def read_source(submission_id: str, key: CurrentKey, session: ReadSessionDep) -> schemas.SubmissionSource:
-    """Exactly what was submitted (for a raw LLM completion: the whole completion). Only its submitter may read
-    it: the verdict is public, the kernel is not. Another submitter's id answers 404, like a missing one."""
+@router.patch("/{submission_id}", response_model=schemas.SubmissionOut,
+              summary="Make a submission's source public, or private again",
+              responses=responses(401, 404, 422, 503))
+def update_submission(submission_id: str, change: schemas.SubmissionUpdate, viewer: ViewerDep, session: SessionDep,
+                      settings: SettingsDep) -> schemas.SubmissionOut:
+    """Set `public`: whether anyone may read the source (its page, GET .../source). Only its submitter (any of
+    their keys) or the admin key may; another submitter's id answers 404, like a missing one. Making it private
+    again does not hide a source that JUDGE_SOURCES_PUBLIC_AFTER has published (`source_public` stays true)."""
+    if viewer.anonymous:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "an API key is required: Authorization: Bearer <key>",
+                            headers={"WWW-Authenticate": "Bearer"})
     sub = crud.submission_source(session, submission_id)
-    if sub is None or sub.submitter != key.submitter:
+    if sub is None or not (viewer.admin or viewer.submitter == sub.submitter):
+        raise _not_found(submission_id)
+    sub.public = change.public
+    session.flush()
+    view = crud.submission_view(session, submission_id, settings.sources_public_after)
+    if view is None:  # a submission whose job is missing: none is written that way
+        raise _not_found(submission_id)
+    return view
+
+
+@router.get("/{submission_id}/source", response_model=schemas.SubmissionSource,
+            summary="The source of a submission, where you may read it", openapi_extra=OPTIONAL_KEY,
+            responses=responses(401, 404, 422, 503))
+def read_source(submission_id: str, viewer: ViewerDep, session: ReadSessionDep,
+                settings: SettingsDep) -> schemas.SubmissionSource:
+    """Exactly what was submitted (for a raw LLM completion: the whole completion). The verdict is public, the
+    kernel is not: its submitter (any of their keys) and the admin key may read it; anyone may, without a key,
+    once it is public (sent with `public: true` or made so with PATCH) or published by JUDGE_SOURCES_PUBLIC_AFTER.
+    A private source answers 401 without a key and 404 to another submitter's key, like a missing one."""
+    sub = crud.submission_source(session, submission_id)
+    if sub is None:
+        raise _not_found(submission_id)
+    if not can_see_source(sub, viewer, settings.sources_public_after):
+        if viewer.anonymous:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED,
+                                f"the source of submission {submission_id!r} is private: send its submitter's key "
+                                "(Authorization: Bearer <key>)", headers={"WWW-Authenticate": "Bearer"})
         raise _not_found(submission_id)
     return schemas.SubmissionSource(id=sub.id, task=sub.task_id, source=sub.source, source_sha256=sub.source_sha256)
 
@@ -166,7 +203,7 @@ async def submission_events(submission_id: str, db: DatabaseDep, settings: Setti
                             request: Request) -> StreamingResponse:
     def load() -> schemas.SubmissionOut | None:
         with db.transaction(read_only=True) as session:
-            return crud.submission_view(session, submission_id)
+            return crud.submission_view(session, submission_id, settings.sources_public_after)
 
     first = await run_in_threadpool(load)
     if first is None:
