@@ -43,15 +43,24 @@ def invalid(message: str, errors: list | None = None) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, {"message": message, "errors": errors or []})
 
 
-async def _read(request: Request, limit: int) -> bytes:
+def body_too_large(size: int | None, limit: int, source_limit: int) -> HTTPException:
+    """A submission's body over the request limit: almost always a source over its own, smaller limit, so the
+    message names that one too (a user who sent a 5 MB kernel needs 256 KiB, not the request's 512 KiB)."""
+    exc = too_large("the request body", size, limit, "JUDGE_MAX_REQUEST_BYTES")
+    exc.detail["message"] += f"; a kernel source may be at most {source_limit} bytes (JUDGE_MAX_SOURCE_BYTES)"
+    exc.detail["source_limit_bytes"] = source_limit
+    return exc
+
+
+async def _read(request: Request, limit: int, source_limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise too_large("the request body", int(declared), limit, "JUDGE_MAX_REQUEST_BYTES")
+        raise body_too_large(int(declared), limit, source_limit)
     size, chunks = 0, []
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise too_large("the request body", None, limit, "JUDGE_MAX_REQUEST_BYTES")
+            raise body_too_large(None, limit, source_limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -116,7 +125,7 @@ async def submission_body(
 ) -> schemas.SubmissionCreate:
     """The validated submission, or the 4xx that says what to fix (413 size, 415 type, 422 field, 404 task).
     The query parameters are read only with a text body; the Idempotency-Key header fills a missing key."""
-    raw = await _read(request, settings.max_request_bytes)
+    raw = await _read(request, settings.max_request_bytes, settings.max_source_bytes)
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if content_type.startswith(TEXT_TYPES):
         if not task:

@@ -159,6 +159,15 @@ def test_a_line_nested_100000_deep_is_a_422_naming_the_line(client, auth, db):
     assert stored(db) == (1, 1)
 
 
+def test_an_upload_with_no_sample_at_all_says_what_a_sample_is(client, auth, db):
+    for body, kind in (("", "application/x-ndjson"), ("\n\n", "application/x-ndjson"), ("[]", "application/json")):
+        r = post_batch(client, auth, body, headers={"Content-Type": kind})
+        assert r.status_code == 422, r.text
+        assert r.json()["rejected"] == [] and "fix the lines listed" not in r.json()["detail"], r.json()
+        assert "no samples" in r.json()["detail"] and '"task"' in r.json()["detail"], r.json()["detail"]
+    assert stored(db) == (0, 0)
+
+
 def test_a_json_body_nested_100000_deep_is_a_422_saying_where(client, auth, db):
     for body in ("[" * 100_000 + "]" * 100_000, '{"samples": [' + "{\"a\": " * 100_000 + "1" + "}" * 100_000 + "]}"):
         r = client.post("/v1/batches", content=body, headers={**auth, "Content-Type": "application/json"})

@@ -110,6 +110,9 @@ def test_request_body_over_the_limit_is_413_before_reading(client, auth, setting
     response = client.post("/v1/submissions?task=kl_div", content=b"x" * (settings.max_request_bytes + 1),
                            headers={**auth, "Content-Type": "text/plain"})
     assert response.status_code == 413 and "JUDGE_MAX_REQUEST_BYTES" in response.json()["detail"]
+    # What a user who sent a too-large kernel needs is the source's own limit, which is the smaller one.
+    assert f"{settings.max_source_bytes} bytes (JUDGE_MAX_SOURCE_BYTES)" in response.json()["detail"]
+    assert response.json()["source_limit_bytes"] == settings.max_source_bytes
 
 
 def test_unknown_task_is_404_listing_valid_ids(client, auth):

@@ -106,9 +106,16 @@ def admit(db: Database, settings: Settings, key: ApiKey, parsed: Parsed, kind: s
             return store.create_batch(session, key, parsed.samples, name=parsed.name, tags=parsed.tags, kind=kind,
                                       rejected=parsed.rejected, codes=parsed.codes)
     except store.NoSamples as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            {"message": "no line of the upload is a valid sample; fix the lines listed",
-                             "rejected": [r.model_dump() for r in exc.rejected]}) from None
+        raise no_samples(exc.rejected) from None
+
+
+def no_samples(rejected: list) -> HTTPException:
+    """422 for an upload with nothing to judge: the lines to fix, or, with no line at all, what a line is."""
+    message = ("no line of the upload is a valid sample; fix the lines listed" if rejected else
+               "the upload holds no samples: send one JSON object per line (JSONL), or a JSON list of objects, "
+               'each with "task" and one of "source" and "completion"')
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                         {"message": message, "rejected": [r.model_dump() for r in rejected]})
 
 
 @router.post(
@@ -139,9 +146,7 @@ async def create_batch(request: Request, response: Response, key: CurrentKey, db
     if name is not None:
         parsed.name = name
     if not parsed.samples:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            {"message": "no line of the upload is a valid sample; fix the lines listed",
-                             "rejected": [r.model_dump() for r in parsed.rejected]})
+        raise no_samples(parsed.rejected)
     created = await run_in_threadpool(admit, db, settings, key, parsed, "batch")
     url = f"/v1/batches/{created.batch.id}"
     response.headers["Location"] = url
