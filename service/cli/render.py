@@ -3,6 +3,7 @@
 Every function returns a renderable (or a string) and prints nothing, so commands choose the console.
 """
 
+import time
 from collections.abc import Callable
 
 from rich import box
@@ -39,6 +40,29 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
 
 def status_text(status: str | None) -> Text:
     return Text(status or "-", style=STATUS_STYLE.get(status or "", ""))
+
+
+class WaitProgress:
+    """What `submit --wait` shows while it waits: the stage and the seconds since the wait began, redrawn by a rich
+    status spinner (which renders this object on every refresh, so the seconds tick between polls), and one line
+    per change of stage, so a long wait says where the time went (a first build on a host builds the shared
+    headers too: minutes in "compiling")."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.stage = "submitted"
+        self.since = self.started
+
+    def update(self, view: models.Submission) -> str:
+        """The line for a change of stage: elapsed seconds, the stage, its queue position where there is one."""
+        now = time.monotonic()
+        where = f" (position {view.position})" if view.position is not None else ""
+        self.stage, self.since = f"{view.stage}{where}", now
+        return f"{now - self.started:6.1f} s  {self.stage}"
+
+    def __rich__(self) -> str:
+        now = time.monotonic()
+        return f"{self.stage} for {now - self.since:.0f} s ({now - self.started:.0f} s since submitting)"
 
 
 def verdict_line(verdict: models.Verdict | None) -> str:

@@ -1,7 +1,6 @@
 """Client commands about single candidates and tasks: submit, status, tasks, prompt, leaderboard."""
 
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +18,7 @@ from service.cli.options import (
     out,
     print_json,
 )
-from service.client import NotFound, models
+from service.client import NotFound
 
 
 def submit(file: Annotated[Path, typer.Argument(help="The candidate (a module or a raw completion); - for stdin.",
@@ -28,24 +27,25 @@ def submit(file: Annotated[Path, typer.Argument(help="The candidate (a module or
            model: Annotated[str | None, typer.Option(help="Name of the model that wrote it.")] = None,
            tag: Annotated[list[str] | None, typer.Option(help="A free-form label (repeatable).")] = None,
            idempotency_key: Annotated[str | None, typer.Option(help="Resubmitting with it returns the first.")] = None,
+           public: Annotated[bool, typer.Option("--public", help="Let anyone read its source (private by default; "
+                                                "PATCH /v1/submissions/ID can change it later).")] = False,
            wait: Annotated[bool, typer.Option("--wait", help="Follow it until judged; exit 1 unless correct.")] = False,
            timeout: Annotated[float | None, typer.Option(help="With --wait: give up after this many seconds.")] = None,
            url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
     """Submit one candidate; prints its id (and with --wait the line `status: diagnosis`)."""
     text = sys.stdin.read() if str(file) == "-" else _read(file)
     with client(url, key) as judge:
-        accepted = judge.submit(task, text, model=model, tags=tag or [], idempotency_key=idempotency_key)
+        fields = {"public": True} if public else {}
+        accepted = judge.submit(task, text, model=model, tags=tag or [], idempotency_key=idempotency_key, **fields)
         if not wait:
             print_json(accepted) if as_json else typer.echo(accepted.id)
             return
         if not as_json:
             typer.echo(accepted.id)
-
-        def progress(view: models.Submission) -> None:
-            where = f" (position {view.position})" if view.position is not None else ""
-            err.print(f"{time.strftime('%H:%M:%S')} {view.stage}{where}", highlight=False)
-
-        view = judge.wait(accepted.id, timeout=timeout, on_update=progress)
+        waiting = render.WaitProgress()
+        with err.status(waiting):
+            view = judge.wait(accepted.id, timeout=timeout, on_update=lambda v: err.print(waiting.update(v),
+                                                                                          highlight=False))
     print_json(view) if as_json else typer.echo(render.verdict_line(view.verdict))
     if view.verdict is None or not view.verdict.correct:
         raise typer.Exit(ExitCode.NOT_CORRECT)

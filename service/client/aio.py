@@ -79,6 +79,10 @@ class AsyncJudgeClient:
     async def submit(self, task: str, source: str, **fields: Any) -> models.SubmissionAccepted:
         return await self._call(calls.submit(task, source, **fields))
 
+    async def publish(self, submission_id: str, public: bool = True) -> models.Submission:
+        """Let anyone read the submission's source (False: only its submitter and admins again)."""
+        return await self._call(calls.publish(submission_id, public))
+
     async def submission(self, submission_id: str) -> models.Submission:
         return await self._call(calls.submission(submission_id))
 

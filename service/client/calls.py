@@ -120,14 +120,21 @@ def _list(cls: type[models.BaseModel]) -> Callable[[httpx.Response], Any]:
 
 def submit(task: str, source: str, *, model: str | None = None, sample_index: int | None = None,
            sampling: Mapping[str, Any] | None = None, tags: Iterable[str] = (),
-           idempotency_key: str | None = None) -> Call:
+           idempotency_key: str | None = None, public: bool = False) -> Call:
     body: dict[str, Any] = {"task": task, "source": source, "tags": list(tags)}
+    if public:
+        body["public"] = True
     for name, value in (("model", model), ("sample_index", sample_index), ("idempotency_key", idempotency_key)):
         if value is not None:
             body[name] = value
     if sampling:
         body["sampling"] = dict(sampling)
     return Call("POST", "/v1/submissions", _model(models.SubmissionAccepted), json=body)
+
+
+def publish(submission_id: str, public: bool = True) -> Call:
+    """Let anyone read the submission's source (or, with False, only its submitter and admins again)."""
+    return Call("PATCH", f"/v1/submissions/{submission_id}", _model(models.Submission), json={"public": public})
 
 
 def submission(submission_id: str) -> Call:

@@ -65,6 +65,10 @@ class Submission(_View):
     position: int | None = None
     created_at: dt.datetime | None = None
     verdict: Verdict | None = None
+    public: bool = False
+    """The submitter made the source public."""
+    source_public: bool = False
+    """Anyone may read the source now (`public`, or the operator's JUDGE_SOURCES_PUBLIC_AFTER has passed)."""
 
     @property
     def done(self) -> bool:

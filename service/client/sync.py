@@ -111,8 +111,12 @@ class JudgeClient:
 
     def submit(self, task: str, source: str, **fields: Any) -> models.SubmissionAccepted:
         """Queue one candidate (a module or a raw completion). Fields: model, sample_index, sampling, tags,
-        idempotency_key."""
+        idempotency_key, public."""
         return self._call(calls.submit(task, source, **fields))
+
+    def publish(self, submission_id: str, public: bool = True) -> models.Submission:
+        """Let anyone read the submission's source (False: only its submitter and admins again)."""
+        return self._call(calls.publish(submission_id, public))
 
     def submission(self, submission_id: str) -> models.Submission:
         return self._call(calls.submission(submission_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -75,13 +76,19 @@ def test_cli_submit_wait_and_status(db: Database, live_api, spawn, tmp_path):
     spawn("worker", JUDGE_MODE="compile-only")
     cli = [sys.executable, "-m", "service.cli.main"]
     done = subprocess.run([*cli, "submit", "--task", "kl_div", str(CORRECT_KL_DIV), "--wait", "--url", base,
-                           "--key", key, "--model", "m"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                           "--key", key, "--model", "m", "--public"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     sub_id, verdict_line = done.stdout.strip().splitlines()
     assert verdict_line.startswith("correct: compile-only judge")
+    # While waiting, stderr says each stage with the seconds since submitting, ending at "done".
+    stages = re.findall(r"^\s*(\d+\.\d) s  (\w+)", done.stderr, re.M)
+    assert stages and stages[-1][1] == "done", done.stderr
+    assert [float(t) for t, _ in stages] == sorted(float(t) for t, _ in stages), done.stderr
     status = subprocess.run([*cli, "status", sub_id, "--json", "--url", base], capture_output=True, text=True, cwd=ROOT,
                             timeout=60)
     assert json.loads(status.stdout)["submitter"] == "carol"
+    assert httpx.get(f"{base}/v1/submissions/{sub_id}/source").status_code == 200  # --public: readable without a key
     unknown = subprocess.run([*cli, "submit", "--task", "nope", str(CORRECT_KL_DIV), "--url", base, "--key", key],
                              capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert unknown.returncode == 5 and "valid_task_ids" in unknown.stderr  # 5: not found (exit codes in --help)

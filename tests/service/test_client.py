@@ -54,6 +54,23 @@ def test_typed_answers_and_error_tree(client, db):
     assert denied.value.status_code == 401 and "API key" in denied.value.message
 
 
+def test_publish_makes_a_source_readable_by_anyone_and_private_again(client, db):
+    source = "import torch\nclass ModelNew(torch.nn.Module): pass  # publish-marker\n"
+    key = new_key(db, "grace")
+    with _judge(client, key) as judge, _judge(client, None) as anonymous:
+        private = judge.submit("kl_div", source)
+        public = judge.submit("kl_div", source + "# second\n", public=True)
+        assert not judge.submission(private.id).source_public and judge.submission(public.id).source_public
+        assert "publish-marker" in anonymous.source(public.id)
+        with pytest.raises(AuthError):
+            anonymous.source(private.id)
+        assert judge.publish(private.id).source_public
+        assert "publish-marker" in anonymous.source(private.id)
+        assert not judge.publish(private.id, public=False).source_public
+        with pytest.raises(AuthError):
+            anonymous.source(private.id)
+
+
 def test_429_is_retried_as_retry_after_says_then_raised(db_url, db):
     settings = Settings(database_url=db_url, rate_limit_per_minute=1, rate_limit_burst=1)
     key = new_key(db, "gina")
