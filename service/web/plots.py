@@ -1,7 +1,9 @@
 """Plots as inline SVG, drawn on the server from numbers: no JavaScript, no plotting library.
 
 Each function returns `Markup` built only from numbers this module formats and labels it escapes, so user
-data can never become markup here. Sizes are in SVG user units; the CSS scales the SVG to the page width.
+data can never become markup here. Sizes are in SVG user units; the CSS scales the SVG to the width of its
+figure, so the text sizes in style.css (user units too) are chosen for the narrowest figure on a laptop
+(about 540 px for 640 units: 15 units read as 13 px) and every axis says what it counts, in words.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 from markupsafe import Markup, escape
 
-W, H = 640, 220
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 36
+W, H = 640, 240
+LEFT, RIGHT, TOP, BOTTOM = 60, 16, 20, 48
+NAMES = 140
+"""Width of the row names of `timing_boxes` ("eager PyTorch")."""
 
 
 def _svg(body: list[str], label: str) -> Markup:
@@ -40,10 +44,10 @@ def _fmt(t: float) -> str:
 def _frame(body: list[str], x_label: str, y_label: str) -> None:
     body.append(f'<line class="axis" x1="{LEFT}" y1="{H - BOTTOM}" x2="{W - RIGHT}" y2="{H - BOTTOM}"/>')
     body.append(f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{H - BOTTOM}"/>')
-    body.append(f'<text class="label" x="{(LEFT + W - RIGHT) / 2}" y="{H - 4}" text-anchor="middle">'
+    body.append(f'<text class="label" x="{(LEFT + W - RIGHT) / 2}" y="{H - 6}" text-anchor="middle">'
                 f'{escape(x_label)}</text>')
-    body.append(f'<text class="label" x="12" y="{(TOP + H - BOTTOM) / 2}" text-anchor="middle" '
-                f'transform="rotate(-90 12 {(TOP + H - BOTTOM) / 2})">{escape(y_label)}</text>')
+    body.append(f'<text class="label" x="16" y="{(TOP + H - BOTTOM) / 2}" text-anchor="middle" '
+                f'transform="rotate(-90 16 {(TOP + H - BOTTOM) / 2})">{escape(y_label)}</text>')
 
 
 def speedup_histogram(values: Sequence[float], label: str = "speedups of all correct submissions") -> Markup | None:
@@ -71,13 +75,13 @@ def speedup_histogram(values: Sequence[float], label: str = "speedups of all cor
                         f'width="{plot_w / bins - 1:.1f}" height="{h:.1f}"><title>{c}</title></rect>')
     for t in _nice_log_ticks(lo, hi):
         body.append(f'<line class="tick" x1="{x(t):.1f}" y1="{H - BOTTOM}" x2="{x(t):.1f}" y2="{H - BOTTOM + 4}"/>'
-                    f'<text class="tick" x="{x(t):.1f}" y="{H - BOTTOM + 15}" text-anchor="middle">{_fmt(t)}×</text>')
+                    f'<text class="tick" x="{x(t):.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{_fmt(t)}×</text>')
     if lo <= 1 <= hi:
         body.append(f'<line class="ref" x1="{x(1):.1f}" y1="{TOP}" x2="{x(1):.1f}" y2="{H - BOTTOM}"/>'
-                    f'<text class="ref" x="{x(1) + 4:.1f}" y="{TOP + 10}">eager</text>')
+                    f'<text class="ref" x="{x(1) + 4:.1f}" y="{TOP + 12}">as fast as eager</text>')
     body.append(f'<text class="tick" x="{LEFT - 6}" y="{TOP + 8}" text-anchor="end">{top}</text>'
                 f'<text class="tick" x="{LEFT - 6}" y="{H - BOTTOM}" text-anchor="end">0</text>')
-    _frame(body, f"speedup vs eager (log scale), {len(values)} correct submissions", "count")
+    _frame(body, "speedup vs eager PyTorch (log scale; left of 1× is slower)", "submissions")
     return _svg(body, label)
 
 
@@ -108,9 +112,9 @@ def best_over_time(points: Sequence[tuple[dt.datetime, float]], now: dt.datetime
     for frac in (0.0, 0.5, 1.0):
         v = top * frac
         body.append(f'<text class="tick" x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
-    body.append(f'<text class="tick" x="{LEFT}" y="{H - BOTTOM + 15}">{t0:%Y-%m-%d}</text>'
-                f'<text class="tick" x="{W - RIGHT}" y="{H - BOTTOM + 15}" text-anchor="end">{t1:%Y-%m-%d}</text>')
-    _frame(body, f"{len(points)} records", "best median ms")
+    body.append(f'<text class="tick" x="{LEFT}" y="{H - BOTTOM + 18}">{t0:%Y-%m-%d}</text>'
+                f'<text class="tick" x="{W - RIGHT}" y="{H - BOTTOM + 18}" text-anchor="end">{t1:%Y-%m-%d}</text>')
+    _frame(body, f"submission date ({len(points)} records)", "best median (ms)")
     return _svg(body, label)
 
 
@@ -125,46 +129,48 @@ def timing_boxes(rows: Sequence[tuple[str, float, float, float, float]], label: 
     span = math.log10(hi) - math.log10(lo)
     row_h = 40
     height = TOP + row_h * len(rows) + BOTTOM
-    plot_w = W - 110 - RIGHT
+    plot_w = W - NAMES - RIGHT - 70  # room right of the slowest box for its median's label
 
     def x(v: float) -> float:
-        return 110 + (math.log10(v) - math.log10(lo)) / span * plot_w
+        return NAMES + (math.log10(v) - math.log10(lo)) / span * plot_w
 
     body = []
     for i, (name, mn, q25, med, q75) in enumerate(rows):
         cy = TOP + row_h * i + row_h / 2
-        body.append(f'<text class="label" x="104" y="{cy + 4:.1f}" text-anchor="end">{escape(name)}</text>'
+        body.append(f'<text class="label" x="{NAMES - 6}" y="{cy + 5:.1f}" text-anchor="end">{escape(name)}</text>'
                     f'<line class="whisker" x1="{x(mn):.1f}" y1="{cy}" x2="{x(q25):.1f}" y2="{cy}"/>'
                     f'<rect class="box{" cand" if i == 0 else ""}" x="{x(q25):.1f}" y="{cy - 10:.1f}" '
                     f'width="{max(x(q75) - x(q25), 1.5):.1f}" height="20"/>'
                     f'<line class="median" x1="{x(med):.1f}" y1="{cy - 12:.1f}" x2="{x(med):.1f}" y2="{cy + 12:.1f}"/>'
                     f'<text class="tick" x="{x(q75) + 6:.1f}" y="{cy + 4:.1f}">{med:.4g} ms</text>')
     axis_y = height - BOTTOM
-    body.append(f'<line class="axis" x1="110" y1="{axis_y}" x2="{W - RIGHT}" y2="{axis_y}"/>')
+    body.append(f'<line class="axis" x1="{NAMES}" y1="{axis_y}" x2="{W - RIGHT}" y2="{axis_y}"/>')
     for t in _nice_log_ticks(lo, hi):
-        body.append(f'<text class="tick" x="{x(t):.1f}" y="{axis_y + 15}" text-anchor="middle">{_fmt(t)}</text>')
-    body.append(f'<text class="label" x="{(110 + W - RIGHT) / 2}" y="{height - 4}" text-anchor="middle">'
-                f'ms (log scale); box = interquartile range, whisker from the fastest call</text>')
+        body.append(f'<text class="tick" x="{x(t):.1f}" y="{axis_y + 18}" text-anchor="middle">{_fmt(t)}</text>')
+    body.append(f'<text class="label" x="{W / 2}" y="{height - 6}" text-anchor="middle">'
+                f'ms per call, log scale · box: IQR · whisker: fastest call</text>')
     svg = _svg(body, label)
     return Markup(str(svg).replace(f'viewBox="0 0 {W} {H}"', f'viewBox="0 0 {W} {height}"', 1))
 
 
-def bars(values: Sequence[tuple[str, float | None]], label: str, y_label: str = "fraction") -> Markup | None:
-    """Vertical bars of fractions in [0, 1] (fast_p at several thresholds, pass@k)."""
+def bars(values: Sequence[tuple[str, float | None]], label: str, y_label: str = "fraction", x_label: str = ""
+         ) -> Markup | None:
+    """Vertical bars of fractions in [0, 1] (fast_p at several thresholds, pass@k), each named under its bar."""
     values = [(name, v) for name, v in values if v is not None]
     if not values:
         return None
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     slot = plot_w / len(values)
+    half = min(slot * 0.35, 48)  # one or two bars stay bars, not a wall
     body = []
     for i, (name, v) in enumerate(values):
         h = max(0.0, min(1.0, v)) * plot_h
         cx = LEFT + slot * (i + 0.5)
-        body.append(f'<rect class="bar" x="{cx - slot * 0.35:.1f}" y="{H - BOTTOM - h:.1f}" width="{slot * 0.7:.1f}" '
+        body.append(f'<rect class="bar" x="{cx - half:.1f}" y="{H - BOTTOM - h:.1f}" width="{2 * half:.1f}" '
                     f'height="{h:.1f}"/><text class="tick" x="{cx:.1f}" y="{H - BOTTOM - h - 4:.1f}" '
-                    f'text-anchor="middle">{v:.2f}</text><text class="tick" x="{cx:.1f}" y="{H - BOTTOM + 15}" '
+                    f'text-anchor="middle">{v:.2f}</text><text class="tick" x="{cx:.1f}" y="{H - BOTTOM + 18}" '
                     f'text-anchor="middle">{escape(name)}</text>')
     body.append(f'<text class="tick" x="{LEFT - 6}" y="{TOP + 8}" text-anchor="end">1</text>'
                 f'<text class="tick" x="{LEFT - 6}" y="{H - BOTTOM}" text-anchor="end">0</text>')
-    _frame(body, "", y_label)
+    _frame(body, x_label, y_label)
     return _svg(body, label)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -19,11 +20,12 @@ from fastapi.staticfiles import StaticFiles
 
 from reference import UnknownTask, all_tasks, get_task
 from service import crud, ranking, visibility
+from service.rankable import Rankable
 from service.api.deps import ReadSessionDep, SettingsDep
 from service.db.models import Submission
-from service.web import batch, plots
+from service.web import batch, measured, plots
 from service.web.highlight import source_html
-from service.web.render import page
+from service.web.render import BASELINES, baseline_order, page
 
 STATIC = Path(__file__).resolve().parent / "static"
 PAGE_SIZE = 50
@@ -41,10 +43,24 @@ def not_found(request: Request, what: str) -> HTMLResponse:
     return page(request, "not_found.html", status_code=404, what=what)
 
 
+def correct_counts(rows: Iterable[Rankable], device: str) -> tuple[int, int]:
+    """(correct timed verdicts, distinct kernels among them) on a device model: one code sent three times is
+    three correct submissions and one kernel (the key is the sha256 of the code judged, as in the ranking)."""
+    codes = [r.source for r in rows if r.device_name == device]
+    return len(codes), len(set(codes))
+
+
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, session: ReadSessionDep) -> HTMLResponse:
     cache, version = ranking.cache_for(request.app.state), ranking.Cache.version(session)
-    tasks = [(task, ranking.summaries(session, task.id.value, cache, version)) for task in all_tasks()]
+    tasks = []
+    for task in all_tasks():
+        summaries = ranking.summaries(session, task.id.value, cache, version)
+        rows = cache.pools.get(task.id.value).snapshot.rows  # refreshed by `summaries` a moment ago
+        newest = ranking.cached(cache, ("newest measured", task.id.value), version,
+                                lambda task_id=task.id.value: measured.newest_per_device(session, task_id))
+        devices = [(d, correct_counts(rows, d.device_name), newest.get(d.device_name)) for d in summaries]
+        tasks.append((task, devices, any(where is not None and where.on_cpu for *_, where in devices)))
     return page(request, "index.html", tasks=tasks)
 
 
@@ -74,6 +90,13 @@ def leaderboard(
         return (plots.speedup_histogram(ranking.speedups(rankable.rows, device)),
                 ranking.record_times(rankable.rows, device))
 
+    # What each board's numbers were measured at, from the verdicts of the entries it shows.
+    shown = [e.submission_id for d in board.devices for e in (*d.entries, *d.unranked)]
+    by_id = ranking.cached(cache, ("measured", task.id.value, tuple(shown)), rankable.version,
+                           lambda: measured.of_submissions(session, shown))
+    boards_measured = {d.device_name: measured.distinct(by_id[e.submission_id] for e in (*d.entries, *d.unranked)
+                                                        if e.submission_id in by_id) for d in board.devices}
+    counts = {d.device_name: correct_counts(rankable.rows, d.device_name) for d in board.devices}
     figures = {}
     for d in board.devices:
         histogram, records = ranking.cached(cache, ("figures", task.id.value, d.device_name), rankable.version,
@@ -85,7 +108,8 @@ def leaderboard(
     chosen = (("by", by), ("sort", sort), ("device", device), ("extra_failures", extra_failures and "true"))
     params = {k: v for k, v in chosen if v}
     return page(request, "leaderboard.html", task=task, board=board, query=query, page_no=page_no, params=params,
-                page_size=PAGE_SIZE, devices=devices, figures=figures,
+                page_size=PAGE_SIZE, devices=devices, figures=figures, measured=by_id,
+                boards_measured=boards_measured, counts=counts,
                 tasks=all_tasks(), ranked_isolation=ranking.RANKED_ISOLATION)
 
 
@@ -93,7 +117,7 @@ def _timing_plot(verdict) -> object:  # noqa: ANN001
     perf = verdict.performance if verdict else None
     if perf is None:
         return None
-    rows = [("candidate", perf.candidate)] + sorted(perf.baselines.items())
+    rows = [("this kernel", perf.candidate)] + [(BASELINES.get(n, n), s) for n, s in baseline_order(perf.baselines)]
     return plots.timing_boxes([(name, s.min_ms, s.q25_ms, s.median_ms, s.q75_ms) for name, s in rows])
 
 
@@ -115,6 +139,8 @@ def submission(request: Request, submission_id: str, session: ReadSessionDep, se
                 access=access.value, public_after=public_after,
                 publish_on=public_after if public_after is not None and row.created_at < public_after else None,
                 timing=_timing_plot(verdict),
+                where=measured.of_verdict(verdict) if verdict and verdict.performance else None,
+                batch_id=row.batch_id, batch_line=row.line,
                 details=json.dumps(verdict.details, indent=2, sort_keys=True) if verdict and verdict.details else "",
                 sampling=json.dumps(view.sampling, sort_keys=True) if view.sampling else "",
                 ranked=ranking.is_ranked_isolation(verdict.environment.isolation)

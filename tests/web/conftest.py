@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from reference import get_task
 from scripts.seed_demo import insert
 from service.db.migrate import upgrade
-from service.db.models import ApiKey, Submission, new_id
+from service.db.models import ApiKey, Batch, Job, Submission, new_id
 from service.db.session import Database
+from service.queue.states import JobState
 from tests.service.conftest import ADMIN_KEY, Proc, free_port, wait_api
 from tests.service.conftest import client, db, judge_dirs, settings, spawn, live_api  # noqa: F401 (fixtures reused)
 
@@ -28,7 +30,11 @@ T0 = dt.datetime(2026, 11, 20, 12, 0)
 def verdict(task: str, code: str, median: float | None, *, status: str = "correct", iqr: float = 0.002,
             isolation: str = "bwrap", device: str = "NVIDIA H100 80GB HBM3", extra: tuple[int, int] = (3, 3),
             eager: float = 3.9, compile_: float = 0.75, **fields: Any) -> dict:
-    """A verdict as the sandbox writes it (model_dump(mode="json")), timed when `median` is given."""
+    """A verdict as the sandbox writes it (model_dump(mode="json")), timed when `median` is given.
+
+    `device` is the device model; one named "cpu:..." (as sandbox.environment names a CPU) was judged on the
+    torch device "cpu" at the task's CPU shape, any other on "cuda:0" at the official shape, as the sandbox
+    does (sandbox/execute.py): the trials carry that shape, which the pages label the timings with."""
     perf = None
     if median is not None:
         def stats(ms: float, half: float) -> dict:
@@ -41,9 +47,15 @@ def verdict(task: str, code: str, median: float | None, *, status: str = "correc
                 "peak_memory_bytes": 1 << 20, "reference_peak_memory_bytes": 4 << 30}
     shapes = [{"trial": i, "distribution": "official", "shape": [64, 100], "seed": i, "passed": i < extra[0]}
               for i in range(extra[1])]
-    return {"status": status, "diagnosis": fields.pop("diagnosis", status), "task": task, "device": "cuda:0",
+    torch_device = "cpu" if device.startswith("cpu") else "cuda:0"
+    timed_at = get_task(task).cpu_shape if torch_device == "cpu" else get_task(task).official_shape
+    trials = [{"trial": i, "distribution": d, "shape": list(timed_at), "seed": 7 + i,
+               "passed": status == "correct" or i > 0} for i, d in enumerate(("official", "peaked"))
+              if status in ("correct", "incorrect")]
+    return {"status": status, "diagnosis": fields.pop("diagnosis", status), "task": task, "device": torch_device,
             "source_sha256": hashlib.sha256(code.encode()).hexdigest(), "extra_shapes": shapes, "performance": perf,
-            "environment": {"device": "cuda:0", "device_name": device, "torch": "2.11.0", "python": "3.12",
+            "trials": fields.pop("trials", trials),
+            "environment": {"device": torch_device, "device_name": device, "torch": "2.11.0", "python": "3.12",
                             "isolation": isolation}, **fields}
 
 
@@ -64,7 +76,7 @@ class Seeder:
 
     def add(self, who: str, model: str | None, code: str, median: float | None, task: str = "kl_div",
             source: str | None = None, tags: list | None = None, batch: object = None, public: bool = False,
-            **kw: Any) -> str:
+            sample_index: int | None = None, **kw: Any) -> str:
         """`public`: its submitter made its source public (else the page shows the verdict only)."""
         self.n += 1
         with self.db.transaction() as session:
@@ -72,8 +84,38 @@ class Seeder:
             sub_id = insert(session, key, task, source or code, verdict(task, code, median, **kw),
                             T0 + dt.timedelta(minutes=self.n), model, tags,
                             session.get(type(batch), batch.id) if batch is not None else None)
-            session.get(Submission, sub_id).public = public
+            sub = session.get(Submission, sub_id)
+            sub.public, sub.sample_index = public, sample_index
             return sub_id
+
+    def batch(self, who: str, name: str | None = None, cancelled_at: dt.datetime | None = None) -> Batch:
+        with self.db.transaction() as session:
+            owner = self.key(session, who)
+            batch = Batch(id=new_id(), name=name, api_key_id=owner.id, submitter=owner.submitter, tags=[], total=0,
+                          duplicates=0, rejected=[], cancelled_at=cancelled_at)
+            session.add(batch)
+        return batch
+
+    def unjudged(self, batch: Batch, model: str | None, code: str, state: JobState = JobState.QUEUED,
+                 duplicate_of: str | None = None, task: str = "kl_div") -> str:
+        """The next sample of `batch` without a verdict: its job in `state`, or, as a duplicate of a sample
+        with the same code, no job of its own (it shows that sample's job and verdict)."""
+        self.n += 1
+        with self.db.transaction() as session:
+            held = session.get(Batch, batch.id)
+            held.total += 1
+            held.duplicates += duplicate_of is not None
+            sub = Submission(id=new_id(), task_id=task, source=code, source_sha256=hashlib.sha256(
+                code.encode()).hexdigest(), api_key_id=self.key(session, held.submitter).id, submitter=held.submitter,
+                model=model, created_at=T0 + dt.timedelta(minutes=self.n), batch_id=batch.id, line=held.total,
+                duplicate_of=duplicate_of)
+            session.add(sub)
+            session.flush()
+            if duplicate_of is None:
+                session.add(Job(submission_id=sub.id, task_id=task, state=state, queued_at=sub.created_at,
+                                not_before=sub.created_at, claims=0,
+                                finished_at=sub.created_at if state is JobState.CANCELLED else None))
+            return sub.id
 
 
 @pytest.fixture

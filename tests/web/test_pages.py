@@ -101,10 +101,13 @@ def test_pages_fit_a_phone_and_read_without_javascript(site, browser):
     base, seed = site
     sub = seed.add("a-submitter-with-a-rather-long-name", "model-with-a-long-name-7b-instruct", "PHONE", 0.8,
                    device="GPU Phone")
+    batch = seed.batch("a-submitter-with-a-rather-long-name", "a batch on a phone")
+    on_cpu = seed.add("a-submitter-with-a-rather-long-name", "m", "PHONE CPU", 0.8, device="cpu:Phone", batch=batch)
     context = browser.new_context(viewport={"width": 390, "height": 844}, java_script_enabled=False,
                                   is_mobile=True, device_scale_factor=2)
     page = context.new_page()
-    for path in ("/leaderboard/kl_div?device=GPU+Phone", f"/submissions/{sub}", "/"):
+    for path in ("/leaderboard/kl_div?device=GPU+Phone", "/leaderboard/kl_div?device=cpu:Phone", f"/submissions/{sub}",
+                 f"/submissions/{on_cpu}", f"/batches/{batch.id}", "/"):
         page.goto(base + path)
         # Nothing wider than the screen except inside elements that scroll on their own (code, tables on /).
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
