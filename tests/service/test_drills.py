@@ -497,3 +497,184 @@ def test_a_failed_stage_transition_lets_the_job_go(db, pg, judge_dirs):
     assert outcomes == ["expired", "verdict"]
     assert_consistent(db, {sub})
     assert not [j for j in jobs(db) if j.state in ACTIVE]
+
+
+# --- no innocent blamed: outages, repeated deaths, a killed `serve` (issue 31, points 2 and 5) ----------------
+
+SLOW_CALL_S = 1.0
+"""Each forward call of the slow candidate sleeps this long before computing the honest answer. It is called about
+16 times (correctness trials, timing, extra shapes: ~22 s in all on this 2-core machine), so it is still executing
+when a database outage of a few leases ends."""
+OUTAGE_LEASES = 2.5
+"""The outage drills keep the database away this many leases (and until the worker has failed to heartbeat)."""
+
+
+def slow_source(seconds: float = SLOW_CALL_S) -> str:
+    """The correct kl_div candidate with a forward that sleeps `seconds` first: the same answers, so its declared
+    verdict is still `correct` (time.sleep is not forbidden; the run is slow, which no check refuses)."""
+    call = "        return kl_ext.kl_div_forward(predictions, targets)"
+    assert call in SOURCE and "\nimport torch\n" in SOURCE
+    return (SOURCE.replace("\nimport torch\n", "\nimport time\nimport torch\n", 1)
+            .replace(call, f"        time.sleep({seconds})\n{call}"))
+
+
+def candidate_tree(worker_pid: int) -> set[int]:
+    """The worker's process tree once the candidate's own Python runs in its sandbox (not while baselines are
+    measured); empty before."""
+    tree = children(worker_pid)
+    inner = [p for p in tree if "-m sandbox.child" in cmdline(p) and "python" in cmdline(p).split()[0]]
+    return tree if inner and not any("sandbox.baseline" in cmdline(p) for p in tree) else set()
+
+
+def attempts(db: Database) -> list[str | None]:
+    with db.transaction(read_only=True) as s:
+        return list(s.scalars(select(JobAttempt.outcome).order_by(JobAttempt.id)))
+
+
+def running_in_sandbox(db: Database, worker_pid: int) -> Callable[[], set[int]]:
+    """A condition for wait_for: the job is `running` in the database and its candidate executes in the worker's
+    sandbox; returns the sandbox's process tree."""
+    def check() -> set[int]:
+        (job,) = jobs(db)
+        return candidate_tree(worker_pid) if job.state is JobState.RUNNING else set()
+    return check
+
+
+def wait_or_show(proc: Proc, condition: Callable[[], object], timeout: float, what: str) -> object:
+    """wait_for, failing with the tail of `proc`'s log: what the worker was doing when the wait ran out."""
+    try:
+        return wait_for(condition, timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the end of {proc.log.name}:\n{proc.output()[-4000:]}") from None
+
+
+def assert_candidate_not_blamed(row: VerdictRow) -> None:
+    """The text the old crash-loop verdict stored, and any status that is the candidate's fault, are absent."""
+    assert row.status is not Status.RUNTIME_ERROR, row.diagnosis
+    assert "candidate crashed" not in row.diagnosis and "crashed the judging worker" not in row.diagnosis
+
+
+@pytest.mark.timeout(600)
+def test_an_outage_longer_than_the_lease_does_not_make_a_worker_reclaim_its_own_job(db, pg, procs):
+    """Issue 31, point 2: with one worker and no process death, PostgreSQL stopped (immediate) for 2.5 leases while
+    the candidate executes. The lease expires in the database meanwhile; once it is back, the worker's own claims
+    must not take its running job back (which counted a crash against the candidate and discarded the worker's own
+    `correct` result): the job is claimed once, never counted as a crash, and stored `correct` by that worker."""
+    (sub,) = submit(db, 1, slow_source())
+    worker = procs("worker")
+    tree = wait_or_show(worker, running_in_sandbox(db, worker.pid), BUILD_S, "the slow candidate to execute")
+    (job,) = jobs(db)
+    token = job.claim_token
+    failed_before = worker.output().count("heartbeat failed")
+    pg.stop("immediate")
+    down_at = time.monotonic()
+    try:
+        wait_for(lambda: time.monotonic() - down_at > OUTAGE_LEASES * LEASE_S
+                 and worker.output().count("heartbeat failed") >= failed_before + 3, 60,
+                 "the outage to outlast the lease while the worker tries to heartbeat")
+    finally:
+        pg.start()
+    down_s = time.monotonic() - down_at
+    executing_after = any(alive(p) for p in tree)
+    back_at = time.monotonic()
+    wait_or_show(worker, lambda: drained(db), BUILD_S, "the verdict after the outage")
+    verdict_after_s = time.monotonic() - back_at
+
+    assert down_s > LEASE_S and executing_after, "the outage must outlast the lease while the candidate executes"
+    assert_consistent(db, {sub})
+    (row,) = verdicts_by_submission(db)[sub]
+    assert row.status is Status.CORRECT, row.diagnosis
+    (job,) = jobs(db)
+    assert job.claims == 1 and job.crashes == 0 and job.system_errors == 0
+    assert job.claim_token == token and attempts(db) == ["verdict"]  # the first claim's own result was stored
+    assert row.worker_id == _worker_row(db, worker.pid).id
+    out = worker.output()
+    assert "reclaimed" not in out and "result discarded" not in out and "lease lost" not in out
+    assert worker.popen.poll() is None and worker.terminate() == 0
+    print(f"\nDRILL outage: PostgreSQL stopped (immediate) {down_s:.1f} s with a {LEASE_S:.0f} s lease while the "
+          f"candidate executed (still executing when it came back: {executing_after}); verdict {row.status.value} "
+          f"{verdict_after_s:.1f} s after, claims {job.claims}, crashes {job.crashes}, attempts {attempts(db)}")
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_twice_while_judging_a_correct_candidate_does_not_blame_it(db, procs):
+    """Issue 31, point 2: SIGKILL the worker while the correct candidate executes, then the next one while it records
+    the candidate's `correct` verdict (JUDGE_FAULT_PAUSE_AT=recording): two leases expire while the job is `running`,
+    the crash-loop limit (2, the default). The third worker ends the job without running it again, with a final
+    system_error that says what happened (its workers were lost), never a runtime_error saying the candidate crashed
+    its worker."""
+    (sub,) = submit(db, 1)
+    first = procs("worker")
+    tree = wait_or_show(first, running_in_sandbox(db, first.pid), BUILD_S, "the candidate to execute")
+    kill_only(first)
+    wait_for(lambda: not any(alive(p) for p in tree), 10, "the sandbox to die with its worker")
+    second = procs("worker", JUDGE_FAULT_PAUSE_AT="recording")
+    wait_or_show(second, lambda: "FAULT INJECTION: paused at recording" in second.output(), BUILD_S,
+                 "the second worker to hold the candidate's verdict")
+    assert not verdicts_by_submission(db) and jobs(db)[0].state is JobState.RUNNING  # the verdict is not written
+    kill_only(second)
+    started = time.monotonic()
+    third = procs("worker")
+    wait_or_show(third, lambda: drained(db), 120, "the third worker to end the job")
+    ended_s = time.monotonic() - started
+
+    assert_consistent(db, {sub})
+    (row,) = verdicts_by_submission(db)[sub]
+    assert_candidate_not_blamed(row)
+    assert row.status is Status.SYSTEM_ERROR and row.verdict["details"]["final"] is True
+    assert "was lost 2 times while the candidate executed" in row.diagnosis and "not blamed" in row.diagnosis
+    (job,) = jobs(db)
+    assert job.crashes == 2 and job.claims == 3 and job.system_errors == 1
+    assert attempts(db) == ["crashed", "crashed", "verdict"]
+    assert row.worker_id == _worker_row(db, third.pid).id
+    assert third.terminate() == 0
+    print(f"\nDRILL killed twice: stored {row.status.value} ({row.diagnosis[:60]}...), crashes {job.crashes}, "
+          f"attempts {attempts(db)}, ended {ended_s:.1f} s after the third worker started")
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_serve_lets_its_worker_finish_the_running_job(db, procs):
+    """Issue 31, point 5: `serve` SIGKILLed while its worker executes a correct candidate. The parent's death can
+    reach the worker more than once: the kernel sends the death signal at each reparenting (to another thread of the
+    dying `serve` if one is still alive, then to the init process), and the worker checks getppid besides. The first
+    notice was a graceful stop and the second an abandon (every held job released, exit 1), so the job the worker
+    could finish went back to a queue no worker served. How many notices the kernel sends depends on the order in
+    which serve's threads die, so the drill makes a second one certain by sending one more SIGTERM once the first is
+    heard: the worker finishes the job, stores `correct` itself, and exits cleanly afterwards."""
+    port = str(free_port())
+    serve = procs("serve", PORT=port, JUDGE_SHUTDOWN_GRACE_S="240")
+    wait_api(serve, f"http://127.0.0.1:{port}")
+    worker = wait_for(lambda: next((p for p in children(serve.pid) if " worker" in cmdline(p)), None), 60,
+                      "serve's worker to start")
+    (sub,) = submit(db, 1, slow_source())
+    wait_or_show(serve, running_in_sandbox(db, worker), BUILD_S, "the candidate to execute under serve's worker")
+
+    def notices() -> int:
+        out = serve.output()  # the worker inherited serve's output
+        return (out.count("finishing running jobs, releasing the rest") + out.count("the parent's death again")
+                + out.count("is gone: stopping"))
+
+    kill_only(serve)
+    killed_at = time.monotonic()
+    wait_for(notices, 30, "the worker to hear of serve's death")
+    heard = notices()
+    os.kill(worker, signal.SIGTERM)  # one more notice of the same death (what a second reparenting sends)
+    wait_for(lambda: notices() > heard or not alive(worker), 30, "the worker to hear the notice sent")
+    wait_or_show(serve, lambda: drained(db) or not alive(worker), 240, "the orphaned worker to store its verdict")
+    verdict_s = time.monotonic() - killed_at
+    wait_or_show(serve, lambda: not alive(worker), 60, "the orphaned worker to exit")
+    exit_s = time.monotonic() - killed_at
+
+    out = serve.output()
+    assert "second signal" not in out and "released to the queue" not in out, out[-3000:]
+    assert_consistent(db, {sub})
+    (row,) = verdicts_by_submission(db)[sub]
+    assert row.status is Status.CORRECT, row.diagnosis
+    (job,) = jobs(db)
+    assert job.claims == 1 and job.crashes == 0 and attempts(db) == ["verdict"]
+    worker_row = _worker_row(db, worker)
+    assert row.worker_id == worker_row.id and worker_row.stopped_at is not None
+    assert "stopped after 1 verdicts" in out
+    print(f"\nDRILL serve killed while judging: the worker heard {heard} notice(s) of its death, then one more "
+          f"sent; verdict {row.status.value} stored by its worker {verdict_s:.1f} s after serve's SIGKILL, worker "
+          f"exited {exit_s:.1f} s after")
