@@ -16,7 +16,9 @@ Candidate code never runs here: every sandbox call starts its own isolated child
 Shutdown (SIGTERM/SIGINT): stop claiming; jobs executing on a device are finished (up to
 `shutdown_grace_s`); every other held job goes back to the queue (`release`), compiled ones included
 (their build is cached). A second signal, or the end of the grace period, releases everything at once; a
-repeated notice of the parent's death is not a second signal (`on_signal`).
+repeated notice of the parent's death is not a second signal (`on_signal`). Signals are acted on in a thread of
+their own, never inside the handler, which could interrupt the main thread while it holds a lock
+(`install_signal_handlers`).
 Started by `serve` (JUDGE_PARENT_PID), the worker also stops when that parent dies (service.worker.lifeline).
 
 A stage transition (compiling -> compiled -> running) that fails on a database error is retried; if the
@@ -64,6 +66,12 @@ TRANSITION_RETRIES = 4
 job is released (or, if even that fails, left to its lease: it is not counted as a crash)."""
 
 FAULT_PAUSE_ENV = "JUDGE_FAULT_PAUSE_AT"
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _noted(_signum: int, _frame: object) -> None:
+    """The Python-level handler of the stop signals: nothing (Worker.install_signal_handlers says why)."""
 
 
 @dataclass
@@ -180,8 +188,25 @@ class Worker:
         self.wake.set()
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.on_signal)
-        signal.signal(signal.SIGINT, self.on_signal)
+        """SIGTERM and SIGINT are acted on by a thread of their own (`on_signal`), never in the handler.
+
+        Python runs a handler in the main thread between two bytecodes, whatever that thread holds then, and the
+        claim loop is mostly inside `self.wake.wait` or `clear`, which hold that Event's lock: a handler that set the
+        Event waited for a lock its own thread held (the executor thread finished its job, the process never
+        exited). The handler here does nothing; the interpreter's C handler writes the signal's number to a pipe
+        (`signal.set_wakeup_fd`) and the `signals` thread reads it. Call from the main thread."""
+        read, write = os.pipe()
+        os.set_blocking(write, False)  # set_wakeup_fd's requirement: a full pipe drops a byte, never blocks
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _noted)
+        threading.Thread(target=self._signals, args=(read,), name="signals", daemon=True).start()
+
+    def _signals(self, read: int) -> None:
+        while True:
+            for signum in os.read(read, 64):
+                if signum in STOP_SIGNALS:
+                    self.on_signal(signum)
 
     def on_signal(self, signum: int, _frame: object = None) -> None:
         """First signal: stop gracefully. A second one abandons everything, unless it is one more notice of the
