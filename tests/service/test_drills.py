@@ -656,14 +656,18 @@ def test_a_killed_serve_lets_its_worker_finish_the_running_job(db, procs):
 
     kill_only(serve)
     killed_at = time.monotonic()
-    wait_for(notices, 30, "the worker to hear of serve's death")
-    heard = notices()
-    os.kill(worker, signal.SIGTERM)  # one more notice of the same death (what a second reparenting sends)
-    wait_for(lambda: notices() > heard or not alive(worker), 30, "the worker to hear the notice sent")
-    wait_or_show(serve, lambda: drained(db) or not alive(worker), 240, "the orphaned worker to store its verdict")
-    verdict_s = time.monotonic() - killed_at
-    wait_or_show(serve, lambda: not alive(worker), 60, "the orphaned worker to exit")
-    exit_s = time.monotonic() - killed_at
+    try:
+        wait_for(notices, 30, "the worker to hear of serve's death")
+        heard = notices()
+        os.kill(worker, signal.SIGTERM)  # one more notice of the same death (what a second reparenting sends)
+        wait_for(lambda: notices() > heard or not alive(worker), 30, "the worker to hear the notice sent")
+        wait_or_show(serve, lambda: drained(db) or not alive(worker), 240, "the orphaned worker to store its verdict")
+        verdict_s = time.monotonic() - killed_at
+        wait_or_show(serve, lambda: not alive(worker), 60, "the orphaned worker to exit")
+        exit_s = time.monotonic() - killed_at
+    finally:  # serve is reaped, so the fixture's cleanup no longer reaches its process group: end the orphan here
+        if alive(worker):
+            os.kill(worker, signal.SIGKILL)
 
     out = serve.output()
     assert "second signal" not in out and "released to the queue" not in out, out[-3000:]
