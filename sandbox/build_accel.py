@@ -59,6 +59,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -286,6 +287,18 @@ def _complete(variant_dir: Path) -> bool:
     return (variant_dir / FLAGS_FILE).is_file() and (variant_dir / PCH_NAME).is_file()
 
 
+def variant_path(root: Path, compiler: str, flags: list[str]) -> Path | None:
+    """Where the variant for these flags lives (built or not); None when torch's header is not among them."""
+    import torch
+
+    from sandbox.compile import tool_version
+
+    if header_path(flags) is None:
+        return None
+    return root / variant_id(compiler, tool_version((*shlex.split(compiler), "-dumpfullversion")), torch.__version__,
+                             flags)
+
+
 def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: float = BUILD_TIMEOUT_S) -> Path | None:
     """The variant directory for these flags, built now if missing; None when it cannot be built here.
 
@@ -293,14 +306,12 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
     its lock and then find it (or its `.failed` record)."""
     import torch
 
-    from sandbox.compile import tool_version
-
     header = header_path(flags)
-    if header is None:
+    final = variant_path(root, compiler, flags)
+    if header is None or final is None:
         return None
-    vid = variant_id(compiler, tool_version((*shlex.split(compiler), "-dumpfullversion")), torch.__version__, flags)
+    vid = final.name
     root.mkdir(parents=True, exist_ok=True)
-    final = root / vid
     if _complete(final):
         return final
     failed = root / f"{vid}.failed"
@@ -413,24 +424,45 @@ def _touch(variant: Path) -> None:
 
 # --- the entry point for the pipeline ------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Preparation:
+    """What `prepare` offers a build, and what it cost that build."""
+
+    root: Path | None
+    """The directory to bind into the build child, or None when there is nothing to offer."""
+    building_s: float = 0.0
+    """Seconds spent building variants that were missing (or waiting for another builder of one): the first
+    build on a host pays them, every later one finds the variants ready (0.0)."""
+
+
 def prepare(cache_root: Path, target: str, source: str) -> Path | None:
     """Make sure the PCH variants this candidate will probably use exist; the directory to bind into its
     build child, or None when there is nothing to offer (no load_inline, no g++, an unusable torch)."""
+    return preparation(cache_root, target, source).root
+
+
+def preparation(cache_root: Path, target: str, source: str) -> Preparation:
+    """`prepare`, saying how long building missing variants took."""
     sets = wanted_flag_sets(source)
     if not sets:
-        return None
+        return Preparation(None)
     root = accel_root(cache_root)
-    offered = None
+    offered, building_s = None, 0.0
     for extra in sets:
         try:
             compiler, flags = torch_compile_flags(target, extra)
         except Exception:  # noqa: BLE001 - torch could not describe its build (no CUDA here, say): no PCH
             continue
+        path = variant_path(root, compiler, flags)
+        missing = path is not None and not _complete(path) and not path.with_name(f"{path.name}.failed").exists()
+        started = time.monotonic()
         variant = build_variant(root, compiler, flags)
+        if missing:
+            building_s += time.monotonic() - started
         if variant is not None:
             _touch(variant)
             offered = root
-    return offered
+    return Preparation(offered, building_s)
 
 
 def warm(cache_root: Path, target: str, flag_sets: list[tuple[str, ...]] | None = None) -> list[Path]:

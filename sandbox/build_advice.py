@@ -10,6 +10,9 @@ verdict says which case this was and what to change.
 The build child says which case it was, one `[judge]` line per extension (sandbox/build_hooks.py); those
 lines are read from the build log here. The child is untrusted, so the advice is only ever text for the
 candidate's own verdict, never an input to a decision.
+
+A first build on a host also builds the shared precompiled headers (sandbox/build_accel.py) before its own
+compile starts: `pch_note` says so, with the seconds it took, so that a slow first build is not read as slow code.
 """
 
 from __future__ import annotations
@@ -52,3 +55,17 @@ def _cu_advice(build_log: str) -> str | None:
             "to kernels and launch functions taking raw pointers and a cudaStream_t with the torch::Tensor wrapper in "
             "cpp_sources and load_inline(..., no_implicit_headers=True); its .cu then compiles in seconds "
             f"({FAST_LAYOUT} in the judge's repository shows that layout).")
+
+
+PCH_NOTE_MIN_S = 0.5
+"""Seconds of building the shared headers worth a word: below, the variants were ready (a lock taken and let go)."""
+
+
+def pch_note(building_s: float, build_seconds: float) -> str | None:
+    """Why a build took longer than the next one will: it first built the host's shared precompiled headers
+    (sandbox/build_accel.py), or waited for another build doing so. None when they were ready."""
+    if building_s < PCH_NOTE_MIN_S:
+        return None
+    return (f"This build also built the shared precompiled headers (the first build on this host, or the first "
+            f"since torch or the compiler changed): {building_s:.0f} s of its {build_seconds:.0f} s. Later builds "
+            "reuse them.")

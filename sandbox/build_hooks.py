@@ -39,7 +39,9 @@ without these hooks, then finds every output up to date instead of rebuilding.
 
 Both fallbacks are one wrapper around torch's ninja run (`run_with_fallbacks`): a failed run is retried once
 per accelerator that the failure can be blamed on (the `.cu` object: the slim headers; main.o: the subset PCH,
-then the full PCH).
+then the full PCH). Not when no header can change the outcome (sandbox/compile_errors.unchangeable: every error
+in the candidate's own main.cpp or .cu, none of the kinds a left-out declaration causes): a missing semicolon is
+reported from the first compile, not after a second one against torch's full headers (60-65 s of nvcc).
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from sandbox import slim_headers
+from sandbox import compile_errors, slim_headers
 from sandbox.build_accel import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
 
-VERSION = 2
+VERSION = 3
 """What these hooks do, as a number: part of every stored build outcome (sandbox/compile.accelerator_config), so
 that a compile error stored under older hooks is tried again."""
 PCH_MIRROR = ".judge-pch"
@@ -69,6 +71,10 @@ _OURS = "JUDGE_PCH_CPATH"
 """Remembers the CPATH value this hook set, to tell it from one the candidate set."""
 _FULL = "JUDGE_PCH_FULL"
 """While main.cpp is offered the subset PCH: the full PCH's directory, main.cpp's fallback."""
+RETRY_EVERY_FAILURE = "JUDGE_RETRY_EVERY_FAILURE"
+"""Set to 1 in the build child's environment: every failure an accelerator could be blamed on is built again
+without it, even one that `compile_errors.unchangeable` says no header changes (the differential test
+tests/sandbox/test_compile_errors.py compares both)."""
 NVCC_ENV = "NVCC_APPEND_FLAGS"
 """Flags nvcc appends to every command line (CUDA 11.5+); g++ never reads it, so main.cpp is untouched."""
 _CU_OBJECT_FAILED = re.compile(r"^FAILED: .*\.cuda\.o\b", re.M)
@@ -301,6 +307,12 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
         except RuntimeError as exc:
             unmirror_pch(mirror)  # the fallbacks below read and set CPATH as offer_pch left it
             log, retry = str(exc), False
+            if (((slim and _CU_OBJECT_FAILED.search(log)) or (subset and _MAIN_OBJECT_FAILED.search(log)))
+                    and not ACCELERATOR_WORDS.search(log) and os.environ.get(RETRY_EVERY_FAILURE) != "1"):
+                final = compile_errors.unchangeable(log, directory)
+                if final:
+                    note(f"{directory.name}: not built again with fuller headers: {final}")
+                    raise
             if slim and _CU_OBJECT_FAILED.search(log):
                 note(f"{directory.name}: .cu needs torch's full headers (slim build: {slim_headers.first_error(log)}); "
                      "building it again with them")

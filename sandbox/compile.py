@@ -98,8 +98,24 @@ def toolchain(target: str) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What `offer_accelerators` gives one build child."""
+
+    env: dict[str, str]
+    binds: dict[Path, str]
+    pch_building_s: float = 0.0
+    """Seconds this build spent first building the host's shared precompiled headers (sandbox/build_accel.py)."""
+
+
 def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[str, str], dict[Path, str]]:
-    """(environment, read-only binds) that make a build child's compile faster, nothing else.
+    """(environment, read-only binds) of `offer_accelerators`."""
+    offer = offer_accelerators(config, target, source)
+    return offer.env, offer.binds
+
+
+def offer_accelerators(config: "JudgeConfig", target: str, source: str) -> Offer:
+    """The environment and read-only binds that make a build child's compile faster, nothing else.
 
     The shared precompiled headers (sandbox/build_accel.py), built first for the variants the source will
     probably need, once per host; and, for CUDA, the slim headers for the .cu (sandbox/slim_headers.py),
@@ -113,20 +129,20 @@ def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[
     if target == "cuda" and config.split_nvcc and isolation.available_mechanism(config.isolation) == "bwrap":
         binds.update(_split_nvcc_binds(config.cache_root))
     if not config.precompiled_headers:
-        return env, binds
+        return Offer(env, binds)
     from sandbox import build_accel
 
     try:
-        root = build_accel.prepare(config.cache_root, target, source)
+        prepared = build_accel.preparation(config.cache_root, target, source)
     except OSError:  # a full or read-only cache disk: build without
-        return env, binds
-    if root is None:
-        return env, binds
+        return Offer(env, binds)
+    if prepared.root is None:
+        return Offer(env, binds, prepared.building_s)
     mechanism = isolation.available_mechanism(config.isolation)
     if mechanism == "bwrap":
-        binds[root] = build_accel.CHILD_MOUNT
-    return {**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
-            "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds
+        binds[prepared.root] = build_accel.CHILD_MOUNT
+    return Offer({**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
+                  "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds, prepared.building_s)
 
 
 def _split_nvcc_binds(cache_root: Path) -> dict[Path, str]:
@@ -202,6 +218,11 @@ class BuildResult:
     fault. A system_error, never stored: the next attempt builds again."""
     refused: str | None = None
     """What the build left in its directory that the judge will not read (a link, a special file)."""
+    compile_errors: tuple[dict, ...] = ()
+    """A failed compile's first errors, placed in candidate.py (sandbox/compile_errors.place; CompileError's
+    fields): worked out once, from the build directory as the build left it, and stored with the outcome."""
+    pch_building_s: float = 0.0
+    """Of `seconds`, those spent building the host's shared precompiled headers first: this build's, not stored."""
     cached: bool = False
 
     @property
@@ -210,11 +231,12 @@ class BuildResult:
         return not self.timed_out and self.infrastructure is None
 
     def to_record(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "cached"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("cached", "pch_building_s")}
 
     @classmethod
     def from_record(cls, data: dict) -> "BuildResult":
-        data = {**data, "tripwire_hits": tuple(data.get("tripwire_hits", ()))}
+        data = {**data, "tripwire_hits": tuple(data.get("tripwire_hits", ())),
+                "compile_errors": tuple(data.get("compile_errors", ()))}
         return cls(**data, cached=True)
 
 

@@ -20,6 +20,7 @@ import torch
 from reference import Task, get_task
 from sandbox import build_advice
 from sandbox import compile as build
+from sandbox import compile_errors
 from sandbox import isolation
 from sandbox import protocol as msg
 from sandbox import static_checks
@@ -28,7 +29,7 @@ from sandbox.execute import execute
 from sandbox.extract import ExtractionError, extract_candidate
 from sandbox.static_checks import check_source
 from sandbox.supervisor import ChildFailure, ChildSession
-from sandbox.verdict import Status, Verdict
+from sandbox.verdict import CompileError, Status, Verdict
 
 __all__ = ["PreparedCandidate", "execute", "judge", "prepare"]
 
@@ -118,9 +119,14 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
         return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id.value, target,
                         sha, details={"stage": "compile"}, **common)
     stages["compile"] = time.monotonic() - t0
-    log = build.trim_log(result.log)
+    pch_note = build_advice.pch_note(result.pch_building_s, stages["compile"])
+    if pch_note:  # its own stage, so that the compile's seconds are the candidate's
+        stages["pch_build"] = result.pch_building_s
+        stages["compile"] -= result.pch_building_s
+    log = build.trim_log(result.log if pch_note is None else f"[judge] {pch_note}\n{result.log}")
     fields = dict(toolchain=chain, compile_log=log, **common)
-    rejected = _rejection(result, task.id.value, target, sha, config, fields)
+    rejected = _rejection(result, task.id.value, target, sha, config, fields,
+                          sent_offset=_sent_offset(raw_source, source), pch_note=pch_note)
     if rejected is not None:
         return rejected
     return PreparedCandidate(task_id=task.id.value, source=source, source_sha256=sha, build_key=key,
@@ -146,13 +152,18 @@ def _build_once(task: Task, paths: build.KeyPaths, source: str, target: str, con
                 result = replace(result, refused=refused)
             else:
                 build.place_source(paths)
+                if result.build_failed:  # read while the build directory is as the build left it
+                    placed = compile_errors.place(result.log, source, paths.build)
+                    result = replace(result, compile_errors=tuple(e.model_dump() for e in placed))
             build.store_result(paths, result, accel)
         return result
 
 
 def _rejection(result: build.BuildResult, task_id: str, target: str, sha: str, config: JudgeConfig,
-               fields: dict[str, Any]) -> Verdict | None:
-    """The verdict of a build that ends the candidate's judging here, or None when it goes on to execution."""
+               fields: dict[str, Any], sent_offset: int | None = None, pch_note: str | None = None) -> Verdict | None:
+    """The verdict of a build that ends the candidate's judging here, or None when it goes on to execution.
+    `sent_offset`: lines of the text as sent before the judged module (a completion's prose), for the errors'
+    `sent_line`; `pch_note`: what building the host's shared headers added to this build's time."""
     if result.infrastructure:
         return _verdict(Status.SYSTEM_ERROR, f"the build failed for reasons of the judge's: {result.infrastructure}",
                         task_id, target, sha, details={"stage": "compile", "infrastructure": result.infrastructure},
@@ -176,10 +187,23 @@ def _rejection(result: build.BuildResult, task_id: str, target: str, sha: str, c
                         **fields)
     if result.build_failed:
         errors = build.first_errors(result.log)
-        head = "\n".join(errors) if errors else (result.error or {}).get("message", "")[:2000]
-        return _verdict(Status.COMPILE_ERROR, f"the extension failed to compile:\n{head}", task_id, target, sha,
-                        details={"stage": "compile", "errors": errors}, **fields)
+        placed = [CompileError.model_validate(e) for e in result.compile_errors]
+        for error in placed:
+            if error.file_line is not None and sent_offset is not None:
+                error.sent_line = error.file_line + sent_offset
+        lines = [compile_errors.diagnosis_line(e) for e in placed[:5]] or errors
+        head = "\n".join(lines) if lines else (result.error or {}).get("message", "")[:2000]
+        tail = f"\n{pch_note}" if pch_note else ""
+        return _verdict(Status.COMPILE_ERROR, f"the extension failed to compile:\n{head}{tail}", task_id, target, sha,
+                        details={"stage": "compile", "errors": errors}, compile_errors=placed, **fields)
     return None
+
+
+def _sent_offset(raw_source: str, source: str) -> int | None:
+    """Lines of the text as sent before the judged module (0 for a bare module), or None if it is not found
+    verbatim (extract.py takes a code block's lines as they are, so it always is)."""
+    at = raw_source.rfind(source)
+    return raw_source.count("\n", 0, at) if at >= 0 else None
 
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
@@ -203,16 +227,23 @@ def _run_build(task: Task, paths: build.KeyPaths, target: str, config: JudgeConf
     the sandbox, the child or the host comes back as `infrastructure`, never as the candidate's outcome."""
     extra = {"TORCH_CUDA_ARCH_LIST": build.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
     started = time.monotonic()
+    offer = build.offer_accelerators(config, target, paths.source.read_text())
+    extra.update(offer.env)
+    result = _build_child(task, paths, config, extra, offer.binds, started)
+    return replace(result, pch_building_s=offer.pch_building_s)
+
+
+def _build_child(task: Task, paths: build.KeyPaths, config: JudgeConfig, extra: dict[str, str],
+                 binds: dict[Path, str], started: float) -> build.BuildResult:
+    """`_run_build`'s child: started with the accelerators' environment and binds, its outcome read."""
 
     def ours(why: str, log: str = "", error: dict | None = None) -> build.BuildResult:
         return build.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
                                  error=error, infrastructure=why)
 
-    accel_env, accel_binds = build.accelerators(config, target, paths.source.read_text())
-    extra.update(accel_env)
     try:
         session = ChildSession("compile", task.id.value, "cpu", paths.build, config, gpu=False, extra_env=extra,
-                               extra_binds=accel_binds, source=paths.source, wall_s=config.compile_timeout_s + 30)
+                               extra_binds=binds, source=paths.source, wall_s=config.compile_timeout_s + 30)
     except (isolation.IsolationError, OSError) as exc:
         return ours(f"the build sandbox could not start: {exc}")
     try:

@@ -102,6 +102,24 @@ class Environment(BaseModel):
     hostname: str | None = None
 
 
+class CompileError(BaseModel):
+    """One error of a failed build, placed in the candidate's own file where it can be (sandbox/compile_errors.py)."""
+
+    file_line: int | None = None
+    """The line of candidate.py (the judged module) the error is at; None when it is not in one of its literals."""
+    sent_line: int | None = None
+    """The same line in the text as sent: later than file_line when the module came in a completion's code block."""
+    location: str
+    """Where the compiler put it, file name only: `main.cpp:44:5`, `cuda.cu(12)`, `TensorBody.h:40:3`."""
+    message: str
+    kind: str
+    """`undeclared` (a name, member or overload not found), `syntax`, `type` or `other`."""
+    code: str | None = None
+    """The text of that line in the file the compiler read, when the judge could read it."""
+    note: str | None = None
+    """Where the line is when it is not the candidate's own text (load_inline's bindings, a generated file)."""
+
+
 class Verdict(BaseModel):
     model_config = _JSON_SAFE
     status: Status
@@ -122,6 +140,8 @@ class Verdict(BaseModel):
     imports: list[str] = Field(default_factory=list)
     compile_log: str | None = None
     """Compiler output (truncated to a bounded size), errors first."""
+    compile_errors: list[CompileError] = Field(default_factory=list)
+    """A compile_error's first errors, each with its line in the candidate's source where it was found."""
     details: dict[str, Any] = Field(default_factory=dict)
     """Stage-specific extras: exception type and traceback tail, broken rule and call, etc."""
 

@@ -58,7 +58,7 @@ def test_compile_error_keeps_the_full_log_and_leads_with_the_error(judge_config)
     verdict = judge("kl_div", (CORPUS / "cpu" / "compile_error.py").read_text(), "cpu", config=judge_config)
     assert verdict.status is Status.COMPILE_ERROR
     first_line = verdict.diagnosis.splitlines()[1]
-    assert re.match(r"main\.cpp:\d+", first_line), verdict.diagnosis
+    assert re.match(r"candidate\.py line \d+: main\.cpp:\d+", first_line), verdict.diagnosis  # its own line first
     assert "undeclared_weight" in verdict.compile_log and "--- full log ---" in verdict.compile_log
 
 
