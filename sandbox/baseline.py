@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from reference import get_task
@@ -53,10 +54,19 @@ def cache_key(task_id: str, device: str, shape: tuple[int, ...], threads: int) -
 
 
 def measure_bandwidth(device: torch.device, reps: int = 20) -> float:
-    """The device's memory bandwidth in bytes per second: the better of a copy and a read-only sum.
+    """The device's memory bandwidth in bytes per second (`bandwidth_probe`'s figure)."""
+    return bandwidth_probe(device, reps)["bandwidth_bytes_per_s"]
+
+
+def bandwidth_probe(device: torch.device, reps: int = 20) -> dict:
+    """The device's memory bandwidth, the better of a copy and a read-only sum, with the probe's own spread.
 
     Both tasks mostly read, and a read-only stream runs a little faster than a copy (no write-back
     turnarounds), so taking only the copy would put the best kernels above 100% of speed-of-light.
+    `bandwidth_bytes_per_s` is each probe's median over `reps` calls, each call's time its batch's mean (as
+    `timing.time_calls` times them, 3 warm-up calls, batches of MAX_BATCH). `bandwidth_probe` adds, per probe, the
+    quartiles of the calls' own bandwidths (each call's events, not its batch's mean): the within-run spread that
+    sandbox/plausibility.py's SOL_PROBE_MARGIN is set against.
     """
     n = BANDWIDTH_BYTES[device.type] // 4
     src = torch.ones(n, dtype=torch.float32, device=device)
@@ -64,13 +74,25 @@ def measure_bandwidth(device: torch.device, reps: int = 20) -> float:
     clock = timing.DeviceClock(device)
     clock.calibrate()
 
-    def median_ms(fn: Callable[[], object]) -> float:
-        times = timing.time_calls(clock, fn, reps=reps, warmup=3, batch=timing.MAX_BATCH)
-        return sorted(times.times_ms)[len(times.times_ms) // 2]
+    def probe(fn: Callable[[], object], nbytes: int) -> dict[str, float]:
+        for _ in range(3):
+            fn()
+        clock.synchronize()
+        means: list[float] = []
+        calls: list[float] = []
+        while len(means) < reps:
+            timed = timing.time_batch(clock, [fn] * min(timing.MAX_BATCH, reps - len(means)))
+            means += [timed.mean_ms] * len(timed.times_ms)
+            calls += timed.times_ms
+        per_s = nbytes / (np.asarray(calls) / 1e3)
+        return {"bytes_per_s": nbytes / (sorted(means)[len(means) // 2] / 1e3),
+                "q25_bytes_per_s": float(np.quantile(per_s, 0.25)), "q75_bytes_per_s": float(np.quantile(per_s, 0.75)),
+                "min_bytes_per_s": float(per_s.min()), "max_bytes_per_s": float(per_s.max())}
 
-    copy = 2 * n * 4 / (median_ms(lambda: dst.copy_(src)) / 1e3)
-    read = n * 4 / (median_ms(lambda: src.sum()) / 1e3)
-    return max(copy, read)
+    probes = {"copy": probe(lambda: dst.copy_(src), 2 * n * 4), "read": probe(lambda: src.sum(), n * 4)}
+    chosen = max(probes, key=lambda name: probes[name]["bytes_per_s"])
+    return {"bandwidth_bytes_per_s": probes[chosen]["bytes_per_s"],
+            "bandwidth_probe": {"chosen": chosen, "reps": reps, "buffer_bytes": n * 4, **probes}}
 
 
 def measure(task_id: str, device_str: str, shape: tuple[int, ...], names: tuple[str, ...], config: JudgeConfig) -> dict:
@@ -85,7 +107,7 @@ def measure(task_id: str, device_str: str, shape: tuple[int, ...], names: tuple[
     model = task.model_cls().to(device)
     clock = timing.DeviceClock(device)
     clock.calibrate()
-    result: dict = {"baselines": {}, "bandwidth_bytes_per_s": measure_bandwidth(device)}
+    result: dict = {"baselines": {}, **bandwidth_probe(device)}
     for name in names:
         fn = torch.compile(model) if name == "compile" else model
         est = timing.time_calls(clock, lambda: fn(*inputs), reps=3, warmup=2)

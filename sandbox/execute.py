@@ -89,8 +89,8 @@ class TimedCall:
     window_ms: float
     """What the parent's clock saw: from sending `go` to reading the reply, per call."""
     run_ms: float
-    """CPU time the sandbox tree ran in that window, by the kernel's accounting (waiting for a CPU excluded),
-    per call."""
+    """CPU time the sandbox ran in that window, by the kernel's accounting (waiting for a CPU excluded; threads and
+    processes that exited within it included, sandbox/cputime.py), per call."""
     hidden_work: bool
     calls: int = 1
     claims_ms: tuple[float, ...] = ()
@@ -100,6 +100,15 @@ class TimedCall:
     """The child's host clock around the batch, per call (flushes and clock overhead removed)."""
     event_ms: float | None = None
     """The child's events, per call (None on the CPU): with `host_ms`, why a batch was or was not `hidden_work`."""
+    arm_ms: float = 0.0
+    """What the parent's clock saw from sending `arm` to reading its reply, per call. The parent computes the
+    calls' truth meanwhile (`truth_ms`), so this is the longer of the child's arm and that."""
+    truth_ms: float = 0.0
+    """The parent's own work during the arm (fp64 truth and fingerprints of the calls' inputs), per call."""
+    cpu_source: str = ""
+    """Where `run_ms` came from (sandbox/cputime.py: a cgroup, or the processes' clocks)."""
+    settled: bool = True
+    """Whether both CPU-time readings found every thread of the sandbox off the CPU (cputime.SETTLE_S)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,8 @@ class Execution:
     source_path: Path | None = None
     """The judge-owned checked source (PreparedCandidate.source_path), bound read-only into a child started
     here: nothing the candidate wrote into its build directory can change the module imported."""
+    meter: cputime.Meter | None = None
+    """Reads the sandbox's CPU time around each timed batch; made for the child on its first batch."""
 
     @property
     def is_cuda(self) -> bool:
@@ -317,7 +328,9 @@ class Execution:
         windows = [b.window_ms for b in timed]
         runs = [b.run_ms for b in timed]
         empty_runs = [c.run_ms for c in self.empty_calls]
+        empty_window = min(c.window_ms for c in self.empty_calls)
         every = [d for b in (*warm, *timed) for d in b.distributions]
+        device_type = torch.device(self.device).type
         details["timing"] = {
             "scheme": "fresh seed per call, batches of calls back to back, a batch's mean is its claim",
             "batch_size": size, "timed_batches": len(timed), "warmup_batches": len(warm),
@@ -328,8 +341,18 @@ class Execution:
             "window_median_ms": statistics.median(windows),
             "run_median_ms": statistics.median(runs),
             "empty_call_run_ms": statistics.median(empty_runs),
-            "empty_call_window_ms": min(c.window_ms for c in self.empty_calls),
+            "empty_call_window_ms": empty_window,
             "call_floor_ms": plausibility.call_floor_ms(runs, empty_runs),
+            # Where the CPU times came from (sandbox/cputime.py), and how many batches' readings found a thread
+            # of the sandbox still on a CPU after cputime.SETTLE_S.
+            "cpu_time_source": ", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),
+            "cpu_readings_unsettled": sum(not b.settled for b in (*self.empty_calls, *timed)),
+            # The parent's clock around each arm and its own work meanwhile, per call (TimedCall.arm_ms): recorded,
+            # not bounded (docs/threat-model.md, "The parent's own clocks").
+            "arm_windows_ms": [round(b.arm_ms, 5) for b in timed],
+            "truth_ms": [round(b.truth_ms, 5) for b in timed],
+            "empty_arm_window_ms": min(c.arm_ms for c in self.empty_calls),
+            "speed_of_light_limit": plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
             "claims_ms": [round(c, 5) for b in timed for c in b.claims_ms],
             "batch_claims_ms": [round(c, 5) for c in claims],
             "windows_ms": [round(w, 5) for w in windows],
@@ -344,14 +367,14 @@ class Execution:
             "hidden_work_batches": [i for i, b in enumerate(timed) if b.hidden_work],
             "host_over_events": [round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed],
         }
-        breach = plausibility.timing_bound(claims, windows, runs, empty_runs, torch.device(self.device).type,
-                                           training=self.task.training is not None)
+        breach = (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
+                                            training=self.task.training is not None)
+                  or plausibility.untimed_work_bound(claims, windows, empty_window, device_type))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
         stats = TimingStats(**{**summarize(claims), "reps": details["timing"]["timed_calls"]})
         perf = _performance(self.task, self.shape, stats, baselines, self.peak_memory)
-        breach = plausibility.speed_of_light(stats.median_ms, perf.min_bytes, perf.bandwidth_bytes_per_s,
-                                             torch.device(self.device).type)
+        breach = plausibility.speed_of_light(stats.median_ms, perf.min_bytes, perf.bandwidth_bytes_per_s, device_type)
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
         return perf, details["timing"]["hidden_work"]
@@ -432,19 +455,25 @@ class Execution:
         step = f"{'empty ' if empty else ''}timed batch {index}"
         seeds = [secrets.randbits(62) for _ in distributions]
         timeout = self.config.call_timeout_s * len(distributions)
+        if self.meter is None or self.meter.root_pid != self.session.process.pid:
+            self.meter = cputime.Meter(self.session.process.pid, self.session.process.cgroup)
+        arm_started = time.perf_counter()
         self.session.send(self.arm_command(distributions, seeds, empty).model_dump())
         # The child is making its inputs, not timing: the parent's own work for these calls goes here.
         truths = [] if empty else [self.call_truth(self.shape, d, seed) for d, seed in zip(distributions, seeds)]
+        truth_ms = (time.perf_counter() - arm_started) * 1e3
         armed, _ = self.read(self.session.receive(timeout), msg.ArmReply, step)
+        arm_ms = (time.perf_counter() - arm_started) * 1e3
         if not empty and armed.before_all != [t.prints for t in truths]:
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
                         "the input generator was tampered with", rule="inputs",
                         judge=[t.prints for t in truths], child=armed.before_all)
-        ran = cputime.tree_ns(self.session.process.pid)
+        ran = self.meter.read()
         started = time.perf_counter()
         raw = self.session.request(msg.Go().model_dump(), timeout)
         window_ms = (time.perf_counter() - started) * 1e3
-        run_ms = (cputime.tree_ns(self.session.process.pid) - ran) / 1e6
+        done = self.meter.read()
+        run_ms = done.since(ran) / 1e6
         went, _ = self.read(raw, msg.GoReply, step)
         if went.rejected_output:
             raise _Stop(Status.INCORRECT, f"{step}: {went.rejected_output}")
@@ -456,7 +485,8 @@ class Execution:
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
         n = len(distributions)
         batch = TimedCall(distributions[0], went.time_ms, window_ms / n, run_ms / n, went.hidden_work, n,
-                          tuple(went.times_ms), distributions, went.host_ms / n, went.event_ms)
+                          tuple(went.times_ms), distributions, went.host_ms / n, went.event_ms, arm_ms / n,
+                          truth_ms / n, done.source, ran.settled and done.settled)
         if empty:
             return batch
         if len(inspected.after_all) != n:
@@ -653,7 +683,7 @@ def _performance(task: Task, shape: tuple[int, ...], stats: TimingStats, baselin
     base_stats = {name: TimingStats(**values) for name, values in baselines.get("baselines", {}).items()}
     bandwidth = baselines.get("bandwidth_bytes_per_s")
     min_bytes = task.min_bytes(shape)
-    sol = (min_bytes / bandwidth * 1e3) / stats.median_ms if bandwidth else None
+    sol = plausibility.speed_of_light_fraction(stats.median_ms, min_bytes, bandwidth)
     return Performance(
         candidate=stats,
         baselines=base_stats,

@@ -76,6 +76,8 @@ Whatever the mechanism:
 - memory: a per-job cgroup (v2, or v1 as here) with memory and swap limits; where no cgroup can be
   created, RLIMIT_AS for CPU-only jobs, and nothing for GPU jobs (CUDA reserves terabytes of virtual
   address space, so RLIMIT_AS would break every honest kernel). `memory_mechanism` says which ran;
+- CPU time: the same cgroup accounts every task the job ever ran (v2 `cpu.stat`; v1 a cpuacct cgroup of its
+  own), which the timing bound reads (sandbox/cputime.py); without one, the processes' clocks are read;
 - processes: cgroup pids.max. Without a cgroup we set RLIMIT_NPROC, but the kernel does not apply it to
   processes whose real uid is host root, and bwrap maps any uid inside its user namespace back to the
   invoking uid (we checked: `--unshare-user --uid 65534` under root still forks past the limit). Running
@@ -176,6 +178,17 @@ class SandboxSpec:
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+def _make_v1(controller: str, name: str) -> Path:
+    """A new v1 cgroup `name` for `controller`: below ours (charged to us), else at the hierarchy's root."""
+    path = _own_cgroup_v1(controller) / name
+    try:
+        path.mkdir()
+    except OSError:
+        path = _CGROUP_ROOT / controller / name
+        path.mkdir()
+    return path
+
+
 def _own_cgroup_v1(controller: str) -> Path:
     """Where this process sits in a v1 hierarchy, so a job's cgroup nests under (and is charged to) ours."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():
@@ -186,7 +199,11 @@ def _own_cgroup_v1(controller: str) -> Path:
 
 
 class Cgroup:
-    """A per-job cgroup with memory and pids limits, on cgroup v2 or v1; `create` is None where not writable."""
+    """A per-job cgroup with memory and pids limits, on cgroup v2 or v1; `create` is None where not writable.
+
+    It also accounts the job's CPU time (`cpu_usage_ns`, read by sandbox/cputime.py): v2 keeps it in every
+    cgroup; on v1 the cpuacct hierarchy gets a cgroup of its own, where one can be made (without it the job
+    still runs, and its CPU time is read from its processes' clocks)."""
 
     def __init__(self, paths: dict[str, Path], version: int) -> None:
         self.paths = paths
@@ -213,22 +230,21 @@ class Cgroup:
                 if (path / "memory.swap.max").exists():
                     (path / "memory.swap.max").write_text("0")
                 (path / "pids.max").write_text(str(max_pids))
-                return cls({"memory": path, "pids": path}, 2)
+                return cls({"memory": path, "pids": path, "cpu": path}, 2)
             paths = {}
             for controller in ("memory", "pids"):
-                path = _own_cgroup_v1(controller) / name
-                try:
-                    path.mkdir()
-                except OSError:
-                    path = _CGROUP_ROOT / controller / name
-                    path.mkdir()
-                made.append(path)
-                paths[controller] = path
+                paths[controller] = _make_v1(controller, name)
+                made.append(paths[controller])
             (paths["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
             swap = paths["memory"] / "memory.memsw.limit_in_bytes"
             if swap.exists():
                 swap.write_text(str(memory_bytes))  # memory + swap: no escaping the limit into swap
             (paths["pids"] / "pids.max").write_text(str(max_pids))
+            try:
+                paths["cpu"] = _make_v1("cpuacct", name)
+                made.append(paths["cpu"])
+            except OSError:
+                pass  # no cpuacct hierarchy here: CPU time comes from the processes' clocks
             return cls(paths, 1)
         except OSError:
             for path in made:
@@ -236,6 +252,20 @@ class Cgroup:
                     path.rmdir()
                 except OSError:
                     pass
+            return None
+
+    def cpu_usage_ns(self) -> int | None:
+        """Nanoseconds of CPU every task of the job has run since it began, exited tasks included (v2: `cpu.stat`
+        usage_usec; v1: `cpuacct.usage`); None where the job has no CPU accounting or it cannot be read."""
+        path = self.paths.get("cpu")
+        try:
+            if path is None:
+                return None
+            if self.version == 2:
+                stat = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
+                return int(stat["usage_usec"]) * 1000
+            return int((path / "cpuacct.usage").read_text())
+        except (OSError, ValueError, KeyError):
             return None
 
     def procs_files(self) -> list[Path]:

@@ -1,14 +1,19 @@
 """Rules that bound what a candidate may claim about its own speed. Trusted; runs in the parent.
 
 The child measures each timed call, and the child is untrusted: a candidate can patch or bypass any
-clock inside it. Two rules keep a forged or impossible time from becoming a score:
+clock inside it. Three rules keep a forged or impossible time from becoming a score:
 
 - `timing_bound`: what the parent sees itself. Each timed batch of calls is one round trip (`go` ->
   reply, see sandbox/execute.py); every figure here is per call (the batch's divided by its calls). A
-  claim above the wall time of its own round trip is a lie outright. And the kernel accounts, per
-  thread, the CPU time the sandbox ran during the round trip (sandbox/cputime.py): waiting for a CPU is
-  not in it, so it does not grow on a saturated host, as a wall clock does. A median claim well below
-  the median of that, less what an empty batch costs, is under-reported.
+  claim above the wall time of its own round trip is a lie outright. And the kernel accounts the CPU time
+  every task of the sandbox ran during the round trip, exited threads and processes included
+  (sandbox/cputime.py): waiting for a CPU is not in it, so it does not grow on a saturated host, as a wall
+  clock does. A median claim well below the median of that, less what an empty batch costs, is
+  under-reported.
+- `untimed_work_bound` (GPU only): the same claim against the parent's own wall window beyond an empty
+  batch's. Device work lengthens that window whether or not the host spins while it waits, so a candidate
+  that makes the host sleep through its device work (which takes that work out of the CPU time) still
+  cannot claim much less than the window shows.
 - `speed_of_light`: both tasks are memory-bound, so no honest call is faster than the task's minimal
   bytes over the device's measured bandwidth.
 
@@ -62,14 +67,52 @@ run - empty - claim was 0.04-0.32 ms per call, the largest on device-bound kl_di
 through the call anyway) and 0.04-0.12 ms on the host-bound cross_entropy calls of batch 8."""
 
 
-IMPLAUSIBLE_SOL_FRACTION = {"cuda": 1.15, "cpu": 1.5}
+MIN_WINDOW_FRACTION = 0.43
+"""On a GPU, the median claim per call must be at least this share of the median wall window per call less the
+empty batch's (`details.timing`: `windows_ms`, `empty_call_window_ms`, the smallest of EMPTY_CALLS). Honest
+ratios on H100s, over every correct verdict whose details carry both (claim / (window - empty), medians):
+0.69-0.98 in the acceptance of 2026-11-26 (docs/results/verdicts-h100-2026-11-26.json, 18 forward kernels and 4
+training steps; per batch 0.66-0.98), and down to 0.54 over 79 forward verdicts of the nine H100 runs of
+2026-11-23 to 11-26 (honest cross_entropy_fast, 2026-11-25c, batches of 8 calls of 0.19 ms, where the harness's
+own per-call launch and flush work is as long as the call; those files are in the history before 2f65fa8);
+training steps, 25 verdicts: 0.63-0.91. 0.43 is 20% under the lowest. The window is a wall clock: it also
+carries whatever kept the host from running the harness, which an empty batch measured at calibration may not
+have had, and that only lowers an honest ratio; 16 busy loops on the 16 cores of an H100 host moved kl_div_fast
+from 0.77 to 0.74 and cross_entropy_fast from 0.69 to 0.67 (docs/results/timing-bounds-h100-2026-11-26.json).
+An honest ratio r understated f times is caught once r / f < 0.43: past 1.6-1.8x for the fast kernels, past
+2.3x at most; beside the CPU-time rule, whose floor a host that sleeps through the device's work (instead of
+spinning) would empty. Not applied on the CPU, where the window carries the waiting
+for a CPU of a saturated host (10 ms a round trip on the 2-core CI machine), nor to the training variants'
+forward-alone batches (no honest figures)."""
+
+
+SOL_PROBE_MARGIN = 0.01
+"""How far past speed-of-light a median may be before the rule calls it skipped work: what the bandwidth
+probe's own error could put an honest kernel past 100%. The probe (sandbox/baseline.py, `measure_bandwidth`) is
+measured once per device model and cached; its readings of H100s across hosts and runs, 31 distinct
+measurements in 12 result files (docs/results before 2f65fa8, which kept 6 of them), were 2.9969-3.0086
+TB/s: median 3.0042, -0.24% to +0.15% of it, standard deviation 0.09%, the highest 0.39% above the lowest. So a
+cached bandwidth can be 0.4% off the card's, and an honest kernel's fraction with it. Within one run the probe's
+calls spread about as much: quartiles 0.22-0.27% apart, extremes -0.4% and +0.3% of the median, in three probes
+on one H100 whose medians were 3.0045-3.0061 TB/s (docs/results/timing-bounds-h100-2026-11-26.json; the probe
+records this as `bandwidth_probe` in the baselines). The best honest kernels measured 98.9% (kl_div_fast_split,
+2026-11-25e; kl_div_fast 98.6% on 2026-11-26), i.e. up to 99.3% against a probe read 0.4% low. 1% is 2.6 times
+the probe's whole run-to-run range, 11 standard deviations and 4 times its within-run interquartile range."""
+
+IMPLAUSIBLE_SOL_FRACTION = {"cuda": 1.0 + SOL_PROBE_MARGIN, "cpu": 1.5}
 """A median faster than this multiple of speed-of-light is not a measurement of honest work.
 
-GPU: the best honest kernels reach 92-99% of speed-of-light against the measured read bandwidth on the
-H100 (docs/benchmarks.md: 3.00 TB/s measured; the HBM3 datasheet peak, 3.35 TB/s, is 1.12x that), so no
-kernel that reads its inputs once can pass 1.12x; 1.15 adds the bandwidth probe's run-to-run spread.
-CPU: the CPU shapes fit in the last-level cache, so an honest kernel can beat the DRAM probe; the honest
-CPU corpus measured at most 0.2 of it (scripts/measure_timing_bound.py), so 1.5 is a wide margin."""
+GPU: 100% of speed-of-light against the measured bandwidth, plus SOL_PROBE_MARGIN. The bandwidth is the better
+of a device copy and torch's read-only sum (the copy on the H100 of 2026-11-26: 3.005 against 2.97 TB/s); a
+kernel that reads faster than torch's own kernels is much more likely skipping bytes than beating them (hostile
+kernels have ranked at 102-104%), and if an honest one ever does, the probe is what must get faster, not this
+limit wider.
+CPU: the probe copies 256 MiB, far out of every cache, but a CPU call's inputs (256 KiB for kl_div at 64x512)
+are evicted before each call by a 16 MiB flush only (sandbox/timing.py, CPU_FLUSH_BYTES), so on a host whose
+last-level cache is larger they may be read from cache, faster than the DRAM probe allows. The honest CPU
+corpus measured at most 0.2 of speed-of-light (scripts/measure_timing_bound.py; kl_div_cpp_correct 0.08 on the
+CI machine: 0.17 ms against a 0.013 ms floor), so 1.5 is a wide margin that still catches a time forged to a
+few microseconds."""
 
 
 @dataclass(frozen=True)
@@ -111,18 +154,42 @@ def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[
     return None
 
 
-def speed_of_light(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: float | None,
-                   device_type: str) -> Breach | None:
-    """A median below the memory floor (min_bytes / bandwidth), beyond the margin, is not a score."""
+def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_window_ms: float,
+                       device_type: str) -> Breach | None:
+    """On a GPU, the median claim against the median wall window beyond an empty batch's (MIN_WINDOW_FRACTION)."""
+    if device_type != "cuda" or not claims_ms:
+        return None
+    median = statistics.median(claims_ms)
+    beyond = statistics.median(windows_ms) - empty_window_ms
+    if median >= MIN_WINDOW_FRACTION * beyond:
+        return None
+    return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge's own wall clock saw: "
+                  f"a round trip took {beyond:.4f} ms per call beyond an empty one's, so device work ran that the "
+                  "reported time does not count", {"claim_median_ms": median, "window_beyond_empty_ms": beyond,
+                                                    "min_window_fraction": MIN_WINDOW_FRACTION})
+
+
+def speed_of_light_fraction(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: float | None) -> float | None:
+    """The memory floor (min_bytes / bandwidth) over the median: 1.0 is a call that reads its bytes at the measured
+    bandwidth. What the verdict reports (`Performance.speed_of_light_fraction`) and what `speed_of_light` checks."""
     if not bandwidth_bytes_per_s:
         return None
     floor_ms = min_bytes / bandwidth_bytes_per_s * 1e3
-    fraction = floor_ms / median_ms if median_ms > 0 else float("inf")
+    return floor_ms / median_ms if median_ms > 0 else float("inf")
+
+
+def speed_of_light(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: float | None,
+                   device_type: str) -> Breach | None:
+    """A median below the memory floor (min_bytes / bandwidth), beyond the margin, is not a score."""
+    fraction = speed_of_light_fraction(median_ms, min_bytes, bandwidth_bytes_per_s)
+    if fraction is None or bandwidth_bytes_per_s is None:
+        return None
+    floor_ms = min_bytes / bandwidth_bytes_per_s * 1e3
     limit = IMPLAUSIBLE_SOL_FRACTION["cuda" if device_type == "cuda" else "cpu"]
     if fraction <= limit:
         return None
     return Breach("implausible_speed",
-                  f"the reported time ({median_ms:.4f} ms) is {fraction:.2f}x speed-of-light: reading the task's "
-                  f"{min_bytes} bytes once at the device's measured bandwidth takes {floor_ms:.4f} ms, so a kernel "
-                  "this fast did not read its inputs (the limit is {limit}x)".replace("{limit}", f"{limit:g}"),
+                  f"the reported time ({median_ms:.4f} ms) is {fraction:.2f}x speed-of-light ({100 * fraction:.1f}%): "
+                  f"reading the task's {min_bytes} bytes once at the device's measured bandwidth takes {floor_ms:.4f} "
+                  f"ms, so a kernel this fast did not read its inputs (the limit is {limit:g}x)",
                   {"speed_of_light_fraction": fraction, "limit": limit, "floor_ms": floor_ms})
