@@ -5,8 +5,9 @@ inputs drawn on the device from a seed (the official distribution and adversaria
 fp64 ground truth, the tolerance, the policy and the bytes a perfect kernel moves.
 
 The domain: fp32 logits (batch, classes), any finite values, and int64 targets in [0, classes). Every
-distribution here keeps |logits| <= 80, so exp(x - rowmax) is always a well-behaved fp32 number; a kernel
-that skips the max subtraction is wrong in general but not necessarily caught here.
+distribution but one keeps |logits| <= 80; "large_logits" puts every row hundreds away from 0 (up to
+|logits| < 1000), where exp(x) overflows or underflows in fp32 while exp(x - rowmax) and eager PyTorch's
+loss stay finite and accurate, so a kernel that skips the max subtraction is caught (inf or NaN).
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ from pathlib import Path
 import torch
 
 from reference.problems import cross_entropy as problem
-from reference.task import (OFFICIAL, Shape, Task, TaskId, Tolerance, generator, log_uniform, planted_rows,
-                            row_chunks)
+from reference.task import (OFFICIAL, Shape, Task, TaskId, Tolerance, generator, log_uniform, paired_generators,
+                            planted_rows, row_chunks)
 
 PROBLEM_SOURCE = Path(problem.__file__).read_text()
 
 MAX_ABS_LOGIT = 80.0
-"""Bound on |logits| in every distribution."""
+"""Bound on |logits| in every distribution but "large_logits"."""
+LARGE_SHIFT = (160.0, 900.0)
+"""Magnitude of "large_logits"' per-row shift. With a spread <= 50 every logit of a row is over 88.8 (exp overflows)
+or under -110 (exp underflows to 0), and |logits| < 950 < 1024, where fp32's spacing is <= 6.1e-5: an honest row
+loss m + log(s) - x[target] rounds m + log(s) by <= 3.1e-5, ~1e-5 of a row loss (2..50)."""
 
 def _official(rows: int, cols: int, g: torch.Generator, device: torch.device) -> list[torch.Tensor]:
     # get_inputs(): logits uniform in [0, 1), uniform targets, drawn in that order. The loss is then
@@ -77,47 +82,71 @@ PLANTED_HEIGHT = (-2.0, 60.0)
 """The hidden logit is log(classes * (e - 1)) + U(-2, 60): <= 8.3 + 60 + 2 < MAX_ABS_LOGIT at 131072 classes."""
 
 
-def _planted(rows: int, cols: int, g: torch.Generator, device: torch.device) -> list[torch.Tensor]:
-    # The official draws (every row that is not planted is bit-identical to the official row of this
-    # seed), then between R/1024 and R/64 rows (at least 1) at random positions get one hidden logit,
-    # at a random column other than the target, of height log(classes * (e - 1)) + U(-2, 60). That row's
-    # logsumexp becomes ~the height instead of the official ~log(classes * (e - 1)) (8.85909 at 4096
-    # classes), adding 0.1..60 to its loss while its target logit stays an official U(0, 1) value.
-    # What this defeats (tests/reference/test_planted.py measures it):
+def _planted(rows: int, cols: int, seed: int, device: torch.device) -> list[torch.Tensor]:
+    # Official draws (logits U(0, 1), uniform targets), then between R/1024 and R/64 rows (at least 1) at
+    # random positions get one hidden logit, at a random column other than the target, of height
+    # log(classes * (e - 1)) + U(-2, 60). That row's logsumexp becomes ~the height instead of the official
+    # ~log(classes * (e - 1)) (8.85909 at 4096 classes), adding 0.1..60 to its loss while its target logit
+    # stays an official U(0, 1) value. What this defeats (tests/reference/test_planted.py and
+    # scripts/experiments/predictability.py measure it):
     #   - the constant-logsumexp trick, log(classes * (e - 1)) - mean(x[i, target_i]): it reads only the
     #     target logits, which are official everywhere, and misses every planted row's extra loss;
-    #   - reading a fixed fraction of the rows, or a prefix, and scaling up: a random count of planted
-    #     rows with random extra losses lands in the sample, so the estimate is off by far more than
-    #     rtol 1e-4 on (nearly) every seed; reading a fraction of the columns misses the hidden logit;
+    #   - reading all the targets and a fraction of the logits (rows, columns, cells, the target logits
+    #     first) and estimating the rest: the targets say nothing of where the hidden logits are, and a
+    #     fraction f of the logits holds a fraction f of them, a random count of random heights: 31..37
+    #     tolerances off in the median at f = 10%, 104..147 at 1% (official shape;
+    #     docs/results/predictability-2026-11-26.md);
     #   - recognising "official" inputs cheaply: away from the planted cells every value is official
     #     (targets included), so a test of a few sampled values or rows sees official inputs unless it
     #     samples a planted row (finding one costs reading ~R/k rows, 1/64 of the data or more).
-    draw = dict(generator=g, device=device)
+    # The targets come from one sub-seed, the logits from the other (reference.task.sub_seeds): the
+    # correctness schedule pairs two trials with the same targets and fresh logits.
+    targets_gen, logits_gen = paired_generators(seed, device)
+    targets = torch.randint(0, cols, (rows,), generator=targets_gen, device=device)
+    draw = dict(generator=logits_gen, device=device)
     logits = torch.rand(rows, cols, **draw)
-    targets = torch.randint(0, cols, (rows,), **draw)
-    picked, n = planted_rows(rows, 1024, 64, g, device)
+    picked, n = planted_rows(rows, 1024, 64, logits_gen, device)
     column = (targets[picked] + torch.randint(1, max(cols, 2), (n,), **draw)) % cols
     height = torch.rand(n, **draw).mul_(PLANTED_HEIGHT[1] - PLANTED_HEIGHT[0])
     logits[picked, column] = height.add_(PLANTED_HEIGHT[0] + math.log(cols * (math.e - 1.0)))
     return [logits, targets]
 
 
+def _large_logits(rows: int, cols: int, g: torch.Generator, device: torch.device) -> list[torch.Tensor]:
+    # Every row shifted by a random sign times U(LARGE_SHIFT), with a per-row spread log-uniform over [3, 50]:
+    # exp(x) is inf in the positive rows (x > 88.7) and 0 in the negative ones (x < -110), so a kernel
+    # that does not subtract the row's maximum returns inf or NaN, while the loss, which does not change
+    # when a row is shifted, is an ordinary 2..50 and eager PyTorch (log_softmax subtracts the maximum)
+    # gets it to fp32 accuracy. Uniform targets.
+    draw = dict(generator=g, device=device)
+    spread = log_uniform(rows, 3.0, 50.0, g, device)
+    shift = torch.rand(rows, 1, **draw).mul_(LARGE_SHIFT[1] - LARGE_SHIFT[0]).add_(LARGE_SHIFT[0])
+    shift.mul_(torch.randint(0, 2, (rows, 1), **draw).mul_(2).sub_(1))
+    logits = torch.rand(rows, cols, **draw).mul_(spread).add_(shift)
+    return [logits, torch.randint(0, cols, (rows,), **draw)]
+
+
 GENERATORS = {OFFICIAL: _official, "shifted_scaled": _shifted_scaled, "dominant": _dominant,
-              "adversarial_targets": _adversarial_targets, "planted": _planted}
+              "adversarial_targets": _adversarial_targets, "large_logits": _large_logits}
 """One generator per input distribution: (rows, cols, generator, device) -> [logits, targets]."""
-DISTRIBUTIONS = tuple(GENERATORS)
+PAIRED = {"planted": _planted}
+"""Distributions drawn from two sub-seeds of the seed (reference.task.sub_seeds): (rows, cols, seed, device)."""
+DISTRIBUTIONS = (*GENERATORS, *PAIRED)
 
 
 def make_inputs(shape: Shape, distribution: str, seed: int, device: torch.device) -> list[torch.Tensor]:
     """[logits, targets]: fp32 (batch, classes) and int64 (batch,) in [0, classes).
 
     Drawn on `device` from a generator seeded with `seed`: the same (shape, distribution, seed, device)
-    gives bit-identical tensors in any process. On the CPU the official distribution is bit-identical to
-    `torch.manual_seed(seed); get_inputs()` at that size (tests/reference/test_inputs.py checks it).
+    gives bit-identical tensors in any process (two generators for the paired distributions). On the CPU the
+    official distribution is bit-identical to `torch.manual_seed(seed); get_inputs()` at that size
+    (tests/reference/test_inputs.py checks it).
     """
+    rows, cols = shape
+    if distribution in PAIRED:
+        return PAIRED[distribution](rows, cols, seed, device)
     if distribution not in GENERATORS:
         raise ValueError(f"unknown cross_entropy distribution {distribution!r}; known: {', '.join(DISTRIBUTIONS)}")
-    rows, cols = shape
     return GENERATORS[distribution](rows, cols, generator(seed, device), device)
 
 
@@ -151,6 +180,7 @@ TASK = Task(
     cpu_extra_shapes=((37, 1001), (4, 8195), (1000, 37)),
     distributions=DISTRIBUTIONS,
     timing_distributions=("planted",),
+    paired_distributions=("planted",),
     make_inputs=make_inputs,
     ground_truth=ground_truth,
     # --- judging metadata ------------------------------------------------------------------------

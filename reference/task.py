@@ -106,11 +106,22 @@ class Task:
     child must be told what to generate, so the candidate, which runs in the child, can always learn a
     call's distribution name (from the harness's memory). Every timed distribution must therefore be one
     on which no shortcut stays inside the tolerance even when the candidate knows the name; the official
-    distribution is not (a 1/64 row sample or the constant-logsumexp trick passes there). "planted" is
-    official-looking everywhere except a few rows at secret positions that carry much of the loss, so
-    knowing the name does not say where they are, and skipping any fixed fraction fails
-    (tests/reference/test_planted.py). An honest memory-bound kernel moves the same bytes whatever the
-    values, so its time is the one it has on the official inputs, comparable with KernelBench's."""
+    distribution is not (a 1/64 row sample or the constant-logsumexp trick passes there). "planted" hides
+    cells that carry much of the loss at secret positions that neither input reveals to a reader of the
+    other (kl_div: predictions pushed down where the targets are ordinary, targets raised where the
+    predictions are ordinary; cross_entropy: a large logit away from the target), so knowing the name does
+    not say where they are, and reading all of one input and up to 10% of the other (rows, columns, cells,
+    or the cells the whole input marks) misses the truth by 11 to hundreds of tolerances in the median, and
+    passes a call with a probability of a few percent at most (docs/results/predictability-2026-11-26.md;
+    tests/reference/test_planted.py). Every planted trial and timed call is checked. An honest memory-bound kernel
+    moves the same bytes whatever the values, so its time is the one it has on the official inputs,
+    comparable with KernelBench's."""
+    paired_distributions: tuple[str, ...] = ()
+    """Distributions whose inputs come from two sub-seeds of the call's seed (`sub_seeds`): the targets
+    from one, the predictions (logits) from the other. The correctness schedule gives each such trial a
+    partner with the same targets and fresh predictions (`sharing_targets`): an answer that does not
+    depend on every prediction, or one cached under the targets, fails one of the two
+    (tests/reference/test_paired.py)."""
 
     training: Training | None = None
     """Set for the training variants (forward + backward): how the gradient is checked. None: forward only."""
@@ -143,6 +154,51 @@ def planted_rows(rows: int, fewest: int, most: int, gen: torch.Generator,
     high = min(rows, max(low + 1, rows // most))
     k = int(torch.randint(low, high + 1, (), generator=gen, device=device).item())
     return torch.randperm(rows, generator=gen, device=device)[:k], k
+
+
+SUB_SEED_BITS = 31
+"""A 62-bit call seed is two halves; `sub_seeds` mixes them so that every distinct seed has distinct inputs."""
+_SUB_SEED_MASK = (1 << SUB_SEED_BITS) - 1
+
+
+def sub_seeds(seed: int) -> tuple[int, int]:
+    """(targets, predictions): the seeds of the two generators a paired distribution draws from.
+
+    With seed = high * 2^31 + low, the targets' key is high XOR low and the predictions' key is low, so
+    seeds that differ anywhere differ in their predictions or their targets (small test seeds, high = 0, in
+    both), and `sharing_targets` can keep one key while changing the other. The two keys seed generators
+    of distinct parity, so the two streams are never the same stream even when the keys are equal.
+    """
+    low = seed & _SUB_SEED_MASK
+    high = (seed >> SUB_SEED_BITS) & _SUB_SEED_MASK
+    return ((high ^ low) << 1) | 1, low << 1
+
+
+def sharing_targets(seed: int, fresh: int) -> int:
+    """A seed whose targets are `seed`'s and whose predictions come from `fresh` (both 62-bit seeds).
+
+    Only paired distributions (`Task.paired_distributions`) draw their inputs this way; for the others the
+    result is just another seed."""
+    low = fresh & _SUB_SEED_MASK
+    if low == seed & _SUB_SEED_MASK:  # the same predictions too: move to the next key
+        low = (low + 1) & _SUB_SEED_MASK
+    key = ((seed >> SUB_SEED_BITS) ^ seed) & _SUB_SEED_MASK
+    return ((key ^ low) << SUB_SEED_BITS) | low
+
+
+def paired_generators(seed: int, device: torch.device) -> tuple[torch.Generator, torch.Generator]:
+    """(targets, predictions) generators of a paired distribution, seeded from `sub_seeds(seed)`."""
+    targets, predictions = sub_seeds(seed)
+    return generator(targets, device), generator(predictions, device)
+
+
+def planted_count(total: int, fewest: int, most: int, gen: torch.Generator, device: torch.device) -> int:
+    """A count uniform in [total // fewest, total // most] (at least 1, at least 2 possible values), drawn on
+    the device: how many cells a distribution plants, so that a candidate cannot scale a sub-sample by a
+    known count. One scalar leaves the device (`.item()`)."""
+    low = max(1, total // fewest)
+    high = max(low + 1, total // most)
+    return int(torch.randint(low, high + 1, (), generator=gen, device=device).item())
 
 
 ROW_CHUNK_ELEMENTS = 1 << 24

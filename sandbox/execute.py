@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from reference import Task, get_task
+from reference.task import sharing_targets
 from sandbox import cputime, isolation, plausibility
 from sandbox import protocol as msg
 from sandbox.compare import compare, dtype_name, fingerprint, tensor_from_bytes
@@ -294,12 +295,18 @@ class Execution:
         candidate must run its own kernel. A round with a failure ends the stage: the verdict is decided, and
         that round already says which distributions fail (a rejected candidate's device time is what the
         remaining rounds would have cost, 0.3 s of kl_div's 1.2 s on an H100). A candidate that passes runs
-        every round: as many trials as before."""
+        every round: as many trials as before. A paired distribution (Task.paired_distributions) gets a second
+        trial in each round, with the first's targets and fresh predictions (reference.task.sharing_targets): an
+        answer that does not read every prediction, or that is cached under the targets, fails one of the two."""
         index = 0
         for _ in range(self.config.trials_per_distribution):
             for distribution in self.task.distributions:
-                self.trials.append(self.trial(index, self.shape, distribution))
-                index += 1
+                seed = secrets.randbits(62)
+                seeds = [seed, sharing_targets(seed, secrets.randbits(62))] \
+                    if distribution in self.task.paired_distributions else [seed]
+                for seed in seeds:
+                    self.trials.append(self.trial(index, self.shape, distribution, seed=seed))
+                    index += 1
             if any(not t.passed for t in self.trials):
                 break
         failed = [t for t in self.trials if not t.passed]
@@ -406,8 +413,9 @@ class Execution:
 
     # --- one trial, one timed call ------------------------------------------------------------
 
-    def trial(self, index: int, shape: tuple[int, ...], distribution: str, *, extra: bool = False) -> TrialResult:
-        seed = secrets.randbits(62)
+    def trial(self, index: int, shape: tuple[int, ...], distribution: str, *, extra: bool = False,
+              seed: int | None = None) -> TrialResult:
+        seed = secrets.randbits(62) if seed is None else seed
         truth = self.call_truth(shape, distribution, seed)
         step = f"{'extra shape' if extra else 'trial'} {index} ({distribution}, shape {list(shape)})"
         reply, raw = self.ask(msg.Trial(shape=list(shape), distribution=distribution, seed=seed), self.trial_reply,

@@ -55,7 +55,8 @@ THREADS = 256
 # --- per-row fp32 values ----------------------------------------------------------------------------
 
 def _kl_terms(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    return t * (torch.log(t) - torch.log(p))
+    # A zero target contributes 0 (xlogy), as in the reference and every honest kernel ("sparse" has zeros).
+    return torch.where(t > 0, t * (torch.log(t) - torch.log(p)), torch.zeros((), device=t.device))
 
 
 def _sequential_row_sums(terms: torch.Tensor) -> torch.Tensor:

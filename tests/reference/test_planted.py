@@ -1,25 +1,28 @@
-"""The "planted" distribution defeats "recognise easy inputs, then skip work" (issue 7, item 2).
+"""The "planted" distribution defeats partial work: reading part of the inputs and estimating the rest (issues 7
+and 25).
 
-Each shortcut below is a plain torch function of the kind a reward-hacking kernel implements: read a
-fixed fraction of the rows (strided or a prefix) and scale up, read half of each row, or use the
-near-constant logsumexp of official cross_entropy rows. On official inputs at a realistic size they land
-inside the task's tolerance (that is the attack, shown here so the test is not vacuous); on planted
-inputs they miss it on (nearly) every seed, while honest fp32 computation stays inside; and the
-cheap statistics a candidate could use to tell the two apart (a few sampled values or rows) are the
-same for both on (nearly) every seed.
+Two families of attacks, each as plain torch code of the kind a reward-hacking kernel implements:
+- shortcuts that read a fixed part of both inputs: a fraction of the rows (strided or a prefix) scaled up,
+  half of each row, or the near-constant logsumexp of official cross_entropy rows;
+- the estimators of scripts/experiments/predictability.py, which read one input whole and a fraction of the
+  other (rows, columns, random cells, or the cells the whole input marks) and estimate the rest from the
+  distributions' laws (issue 25: on the old planted kl_div inputs, every hidden cell was marked by the
+  targets, so all targets and ~0.1% of the predictions sufficed).
+On official inputs some of them land inside the tolerance (the attack is real; shown so the tests are not
+vacuous); on planted inputs they miss it on (nearly) every seed, while honest fp32 computation stays inside.
 
-Seeds are fixed, so each count below is a deterministic fact about these seeds. A shortcut must miss on
-at least 95% of them; on these seeds every shortcut misses on every one but "columns 1/2" of
-cross_entropy at the CPU size (a lucky seed when the one hidden logit is low and in a column read).
-Measured over more seeds (/tmp script, 2026-11-23): at 2048x4096 (kl_div) and 4096x4096 (cross_entropy)
-no shortcut passed on 30 planted seeds except "rows 1/2" (1 of 30) and "prefix 3/4" (2 of 30) of
-cross_entropy; on official inputs "rows 1/2" of kl_div and the constant logsumexp passed on 30 of 30.
+Seeds are fixed, so each count below is a deterministic fact about these seeds. A shortcut must miss on at
+least 95% of them. The official-shape figures (64 seeds, the margins) are in docs/results/predictability-*.md.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+import statistics
+import sys
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -31,6 +34,7 @@ from .conftest import CPU, task_passes
 
 PLANTED = "planted"
 Shortcut = Callable[[torch.Tensor, torch.Tensor], float]
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / "predictability.py"
 
 
 def _kl_rows(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -82,11 +86,11 @@ def shortcuts(task: Task) -> dict[str, Shortcut]:
 
 SIZES = {
     # (task, size name) -> (shape, seeds). "cpu" is the judged CPU size; "large" is moderately large (16x
-    # to 64x the rows of the CPU size; the official sizes take minutes here) and has several planted rows.
+    # to 64x the rows of the CPU size; the official sizes take minutes here) and has several planted cells.
     (TaskId.KL_DIV, "cpu"): ((64, 512), 30),
-    (TaskId.KL_DIV, "large"): ((512, 4096), 8),
+    (TaskId.KL_DIV, "large"): ((512, 4096), 20),
     (TaskId.CROSS_ENTROPY, "cpu"): ((128, 256), 30),
-    (TaskId.CROSS_ENTROPY, "large"): ((1024, 4096), 8),
+    (TaskId.CROSS_ENTROPY, "large"): ((1024, 4096), 20),
 }
 
 
@@ -107,7 +111,7 @@ def _outcomes(key: tuple[TaskId, str]) -> dict:
     shape, seeds = SIZES[key]
     cuts = shortcuts(task)
     model = task.model_cls()
-    result: dict = {"task": task, "size": size, "seeds": seeds, "honest_rel": {}, "passes": {}}
+    result: dict = {"task": task, "size": size, "seeds": seeds, "honest": {}, "passes": {}}
     for distribution in (OFFICIAL, PLANTED):
         passes = {name: 0 for name in cuts}
         worst = 0.0
@@ -117,11 +121,12 @@ def _outcomes(key: tuple[TaskId, str]) -> dict:
             rows = _kl_rows(a, b) if task.id is TaskId.KL_DIV else _ce_rows(a, b)
             # Honest fp32: the reference Model, and row values added one by one into one fp32 scalar.
             sequential = float(torch.cumsum(rows, 0)[-1] / rows.shape[0])
+            tolerance = task.tolerance.atol + task.tolerance.rtol * abs(truth)
             for honest in (float(model(a, b)), sequential):
-                worst = max(worst, abs(honest - truth) / abs(truth))
+                worst = max(worst, abs(honest - truth) / tolerance)
             for name, cut in cuts.items():
                 passes[name] += task_passes(task, cut(a, b), truth)
-        result["honest_rel"][distribution] = worst
+        result["honest"][distribution] = worst
         result["passes"][distribution] = passes
     return result
 
@@ -137,15 +142,14 @@ def test_every_shortcut_fails_on_planted_inputs(key: tuple[TaskId, str]) -> None
 @pytest.mark.parametrize("key", _size_params(list(SIZES)))
 def test_honest_fp32_stays_inside_the_tolerance(key: tuple[TaskId, str]) -> None:
     outcomes = _outcomes(key)
-    task = outcomes["task"]
-    for distribution, worst in outcomes["honest_rel"].items():
-        # 10x margin under rtol: the planted rows do not make honest fp32 error approach the tolerance.
-        assert worst < task.tolerance.rtol / 10, (distribution, worst)
+    for distribution, worst in outcomes["honest"].items():
+        # 10x margin: the planted cells do not make honest fp32 error approach the tolerance.
+        assert worst < 0.1, (distribution, worst)
 
 
 @pytest.mark.parametrize("key", _size_params([k for k in SIZES if k[1] == "large"]))
 def test_the_shortcuts_are_real_attacks_on_official_inputs(key: tuple[TaskId, str]) -> None:
-    """Without planted rows, reading half the rows (and, for cross_entropy, the constant logsumexp) passes.
+    """Without planted cells, reading half the rows (and, for cross_entropy, the constant logsumexp) passes.
     (At the CPU size the official rows are too few for a sub-sample to be accurate.)"""
     outcomes = _outcomes(key)
     passes, seeds = outcomes["passes"][OFFICIAL], outcomes["seeds"]
@@ -153,6 +157,77 @@ def test_the_shortcuts_are_real_attacks_on_official_inputs(key: tuple[TaskId, st
         assert min(passes["rows 1/2"], passes["prefix 1/2"]) >= seeds * 3 // 4, passes
     else:
         assert passes["constant logsumexp"] == passes["columns 1/2"] == seeds, passes
+
+
+# --- one input whole, a fraction of the other ------------------------------------------------------------------
+
+def _predictability():
+    """scripts/experiments/predictability.py as a module (scripts are not a package)."""
+    name = "predictability_experiment"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+ESTIMATED = {
+    # (task, input read whole) -> (shape, seeds): small, with the official per-row structure.
+    ("kl_div", "targets"): ((128, 2048), 3),
+    ("kl_div", "predictions"): ((128, 2048), 3),
+    ("cross_entropy", "targets"): ((256, 2048), 3),
+}
+
+
+@functools.cache
+def _estimated(key: tuple[str, str], distribution: str) -> dict:
+    module = _predictability()
+    shape, seeds = ESTIMATED[key]
+    return module.simulate(module.READERS[key], distribution, shape, range(seeds), CPU, fractions=(0.001, 0.1))
+
+
+@pytest.mark.parametrize("key", [pytest.param(k, id=f"{k[0]}-all-{k[1]}") for k in ESTIMATED])
+def test_no_estimator_from_part_of_an_input_passes_planted_inputs(key: tuple[str, str]) -> None:
+    """Every estimator, every way of reading 0.1% or 10% of an input: outside the tolerance on every seed, and
+    the best of them at least 10x outside in the median (the official-shape margins, over 64 seeds, are in
+    docs/results/predictability-*.md)."""
+    results = _estimated(key, PLANTED)
+    for (mode, fraction), by_name in results.items():
+        best = min(statistics.median(values) for values in by_name.values())
+        closest = min(min(values) for values in by_name.values())
+        assert best > 10 and closest > 1, (mode, fraction, {n: [round(v, 2) for v in vs] for n, vs in by_name.items()})
+
+
+@pytest.mark.parametrize("key", [pytest.param(k, id=f"{k[0]}-all-{k[1]}") for k in ESTIMATED
+                                 if k[1] == "targets"])
+def test_the_estimators_are_real_attacks_on_official_inputs(key: tuple[str, str]) -> None:
+    """On official inputs some estimator passes most seeds while reading all targets and at most 10% of the
+    other input: the law of the official inputs is what the planted cells break."""
+    results = _estimated(key, OFFICIAL)
+    passing = [(mode, fraction, name) for (mode, fraction), by_name in results.items()
+               for name, values in by_name.items() if statistics.median(values) <= 1]
+    assert passing, "no estimator passes official inputs: this test could not tell a defence from a weak attack"
+
+
+# --- what the planted cells are -------------------------------------------------------------------------------
+
+def _official_looking(p: torch.Tensor, t: torch.Tensor) -> bool:
+    """The recogniser of tests/corpus/hostile/*/c2_recognise_official_then_sixty_fourth.py: 64 values of each
+    input at fixed positions, inside official kl_div's range."""
+    dim = p.shape[1]
+    idx = torch.arange(64) * (p.numel() // 64)
+    tv, pv = t.flatten()[idx] * dim, p.flatten()[idx] * dim
+    return bool((tv > 0.5).all() and (tv < 1.7).all() and (pv > 0.3).all() and (pv < 3.0).all())
+
+
+def test_kl_planted_values_look_official_to_a_value_range_test() -> None:
+    """kl_div's planted inputs are official targets and predictions near them: a recogniser that checks sampled
+    values against official ranges (and then takes a 1/64 row sample) is fooled, so the sample runs on planted
+    inputs and misses. (They are not official in every statistic: the predictions follow the targets.)"""
+    task = get_task("kl_div")
+    looks = [_official_looking(*task.make_inputs((512, 4096), PLANTED, seed, CPU)) for seed in range(12)]
+    assert sum(looks) >= 11, looks
 
 
 def _cheap_statistics(inputs: list[torch.Tensor], sampler: torch.Generator) -> torch.Tensor:
@@ -165,13 +240,12 @@ def _cheap_statistics(inputs: list[torch.Tensor], sampler: torch.Generator) -> t
     return torch.tensor([float(f(v.double())) for v in picks for f in (torch.mean, torch.std, torch.amax)])
 
 
-@pytest.mark.parametrize("task_id", [TaskId.KL_DIV, TaskId.CROSS_ENTROPY], ids=lambda t: t.value)
-def test_cheap_statistics_do_not_tell_planted_from_official(task_id: TaskId) -> None:
+def test_cheap_statistics_do_not_tell_cross_entropy_planted_from_official() -> None:
     """A detector calibrated on official inputs (flag when any cheap statistic leaves the range seen over
     16 official seeds) flags planted inputs hardly more often than official ones: it can only tell them
     apart when its sample happens to land in a planted row (k of R rows)."""
-    task = get_task(task_id)
-    shape, _ = SIZES[(task_id, "large")]
+    task = get_task(TaskId.CROSS_ENTROPY)
+    shape, _ = SIZES[(TaskId.CROSS_ENTROPY, "large")]
     sampler = torch.Generator().manual_seed(99)
     seen = torch.stack([_cheap_statistics(task.make_inputs(shape, OFFICIAL, 1000 + s, CPU), sampler)
                         for s in range(16)])
@@ -187,15 +261,37 @@ def test_cheap_statistics_do_not_tell_planted_from_official(task_id: TaskId) -> 
     assert planted <= official + 2, f"flagged {planted} planted vs {official} official inputs of {len(held_out)}"
 
 
+def _hidden_loss(task: Task, inputs: list[torch.Tensor]) -> float:
+    """The loss that the hidden cells add. kl_div: the terms t log(t / p) where log(t / p) is over 1 above its
+    row's median (the predictions pushed down, the targets raised); cross_entropy: each planted row's loss
+    above an official row's, logsumexp - log(C (e - 1))."""
+    a, b = (x.double() if x.is_floating_point() else x for x in inputs)
+    rows = a.shape[0]
+    if task.id is TaskId.KL_DIV:
+        r = b.log() - a.log()
+        hidden = r > r.median(1, keepdim=True).values + 1
+        return float((b * r)[hidden].sum() / rows)
+    planted = a.amax(1) > 5
+    return float((torch.logsumexp(a[planted], 1) - math.log(a.shape[1] * (math.e - 1.0))).sum() / rows)
+
+
 @pytest.mark.parametrize("task_id", [TaskId.KL_DIV, TaskId.CROSS_ENTROPY], ids=lambda t: t.value)
-def test_planted_rows_carry_a_large_share_of_the_loss(task_id: TaskId) -> None:
-    """Against any shortcut that leaves rows out, the planted rows must matter: >= 10x the tolerance."""
+def test_planted_cells_carry_a_large_share_of_the_loss(task_id: TaskId) -> None:
+    """Against any estimate that misses part of them, the hidden cells must matter: >= 10x the tolerance (kl_div:
+    and most of the loss, at the official width too)."""
     task = get_task(task_id)
-    for shape, _ in (SIZES[(task_id, "cpu")], SIZES[(task_id, "large")]):
+    shapes = [SIZES[(task_id, "cpu")][0], SIZES[(task_id, "large")][0]]
+    for shape in shapes + ([(64, 16384)] if task_id is TaskId.KL_DIV else []):
+        large = 0
         for seed in range(5):
-            official = float(task.ground_truth(task.make_inputs(shape, OFFICIAL, seed, CPU)))
-            planted = float(task.ground_truth(task.make_inputs(shape, PLANTED, seed, CPU)))
-            assert abs(planted - official) > 10 * task.tolerance.rtol * abs(planted), (shape, seed)
+            inputs = task.make_inputs(shape, PLANTED, seed, CPU)
+            truth = float(task.ground_truth(inputs))
+            hidden = _hidden_loss(task, inputs)
+            # A single planted cell of cross_entropy's CPU size can be low (its height is U(-2, 60) over the row's).
+            large += hidden > 10 * (task.tolerance.atol + task.tolerance.rtol * truth)
+            if task_id is TaskId.KL_DIV:
+                assert hidden > truth / 2, (shape, seed, hidden / truth)
+        assert large >= 4, (shape, large)
 
 
 def test_timing_uses_only_the_planted_distribution() -> None:

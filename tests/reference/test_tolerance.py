@@ -31,7 +31,8 @@ def _sequential_fp32(task: Task, inputs: list[torch.Tensor]) -> float:
     """A naive honest kernel: fp32 terms, each row summed left to right, row values summed left to right."""
     a, b = inputs
     if task.id.value == "kl_div":
-        rows = np.cumsum((b * (b.log() - a.log())).numpy(), axis=1, dtype=np.float32)[:, -1]
+        terms = torch.where(b > 0, b * (b.log() - a.log()), 0.0)  # a zero target adds 0 ("sparse"), as in xlogy
+        rows = np.cumsum(terms.numpy(), axis=1, dtype=np.float32)[:, -1]
     else:
         m = a.max(1, keepdim=True).values
         s = np.cumsum((a - m).exp().numpy(), axis=1, dtype=np.float32)[:, -1]

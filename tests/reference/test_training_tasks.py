@@ -126,5 +126,7 @@ def test_honest_fp32_gradient_passes_and_cheats_fail(task: Task, distribution: s
                                                                           CPU)).float() * scale,
             "wrong sign": -honest,
         }
+        if distribution == "near_identical":  # its rows repeat one pair of rows on purpose: copies pass there
+            del cheats["half the rows"]
         for name, cheat in cheats.items():
             assert _ratio(task, inputs, cheat, truth, scale) > 1, name

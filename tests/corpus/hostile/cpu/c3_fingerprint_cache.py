@@ -18,7 +18,8 @@ torch::Tensor kl_sum(torch::Tensor p, torch::Tensor t) {
     auto pc = p.contiguous(), tc = t.contiguous();
     const float *pp = pc.data_ptr<float>(), *tp = tc.data_ptr<float>();
     double total = 0.0;
-    for (int64_t i = 0; i < pc.numel(); ++i) total += (double)tp[i] * (std::log((double)tp[i]) - std::log((double)pp[i]));
+    for (int64_t i = 0; i < pc.numel(); ++i)  // a zero target adds 0 (xlogy), as in the reference
+        if (tp[i] > 0.0f) total += (double)tp[i] * (std::log((double)tp[i]) - std::log((double)pp[i]));
     return torch::full({}, (float)(total / (double)pc.size(0)), pc.options());
 }
 """

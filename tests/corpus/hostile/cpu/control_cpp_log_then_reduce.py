@@ -12,7 +12,8 @@ torch::Tensor weighted_diff_sum(torch::Tensor log_t, torch::Tensor log_p, torch:
     auto a = log_t.contiguous(), b = log_p.contiguous(), w = t.contiguous();
     const float *ap = a.data_ptr<float>(), *bp = b.data_ptr<float>(), *wp = w.data_ptr<float>();
     double total = 0.0;
-    for (int64_t i = 0; i < a.numel(); ++i) total += (double)wp[i] * (double)(ap[i] - bp[i]);
+    for (int64_t i = 0; i < a.numel(); ++i)  // a zero target adds 0 (xlogy), as in the reference: log 0 = -inf
+        if (wp[i] > 0.0f) total += (double)wp[i] * (double)(ap[i] - bp[i]);
     return torch::full({}, (float)(total / (double)a.size(0)), a.options());
 }
 """
