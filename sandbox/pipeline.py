@@ -227,7 +227,11 @@ def _run_build(task: Task, paths: build.KeyPaths, target: str, config: JudgeConf
     the sandbox, the child or the host comes back as `infrastructure`, never as the candidate's outcome."""
     extra = {"TORCH_CUDA_ARCH_LIST": build.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
     started = time.monotonic()
-    offer = build.offer_accelerators(config, target, paths.source.read_text())
+    try:
+        offer = build.offer_accelerators(config, target, paths.source.read_text())
+    except isolation.IsolationError as exc:  # (the offer asks which sandbox runs: none may work on this host)
+        return build.BuildResult(ok=False, build_failed=False, log="", seconds=time.monotonic() - started,
+                                 infrastructure=f"the build sandbox could not start: {exc}")
     extra.update(offer.env)
     result = _build_child(task, paths, config, extra, offer.binds, started)
     return replace(result, pch_building_s=offer.pch_building_s)
