@@ -12,8 +12,14 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
 - the objects it relies on (timers, synchronisation, tensor methods, its own functions) are captured
   before the import and verified unchanged after every step (`Integrity`); a change is reported as
   tampering, and so is a hook through which candidate code would run inside the harness's own steps,
-  such as making a timed call's inputs: a tracer, a profiler, a torch mode left entered, or a kernel
-  registered in the dispatcher for an operator the harness uses;
+  such as making a timed call's inputs: a tracer, a profiler, a torch mode left entered, a kernel
+  registered in the dispatcher for an operator the harness uses, a gc callback, a signal handler;
+- the judge's audit hook (sandbox/audit.py) is installed before all of that: it refuses any other audit
+  hook, tracer or profiler, and records candidate code taking a frame or walking the garbage collector,
+  the ways to the harness's own state (the timing loop's locals, this process's `Child`); the harness's
+  instances are sealed in it, out of reach of frames;
+- each timed call's output is copied out inside the timing window (sandbox/window.py), so work deferred
+  past the batch's last event changes nothing reported, and is itself reported;
 - the task's forbidden operators are replaced in the dispatcher by tripwires before the import: a call
   from Python or from C++ through the dispatcher raises and is recorded, even if the candidate catches
   the error;
@@ -40,15 +46,18 @@ import sys
 import time
 import traceback
 import types
+from types import MappingProxyType
 from typing import Any, Callable
 
 import torch
 
 from reference import get_task
+from sandbox import audit as _audit
 from sandbox import compare as _compare
 from sandbox import no_build as _no_build
 from sandbox import protocol as _protocol
 from sandbox import timing as _timing
+from sandbox import window as _window
 
 CANDIDATE_MODULE = "candidate"
 _CUSTOM_OP = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?")
@@ -75,38 +84,45 @@ _WATCHED = [
     "torch:cuda.synchronize", "torch:cuda.Event", "torch:cuda.Event.record", "torch:cuda.Event.elapsed_time",
     "torch:cuda.Event.synchronize", "torch:cuda.max_memory_allocated", "torch:cuda.reset_peak_memory_stats",
     "torch:allclose", "torch:isclose", "torch:equal", "torch:testing.assert_close", "torch:sum", "torch:arange",
-    "torch:zeros", "torch:empty", "torch:frombuffer",
+    "torch:zeros", "torch:empty", "torch:frombuffer", "torch:index_select", "torch:cuda.current_stream",
     "torch:Tensor", "torch:Tensor.__torch_function__", "torch:Tensor.__torch_dispatch__", "torch:Tensor.cpu",
     "torch:Tensor.to", "torch:Tensor.detach", "torch:Tensor.clone", "torch:Tensor.contiguous",
     "torch:Tensor.view", "torch:Tensor.sum", "torch:Tensor.zero_", "torch:Tensor.numpy", "torch:Tensor.untyped_storage",
+    "torch:Tensor.copy_",
     "torch:nn.Module.__call__", "torch:nn.Module._call_impl",
     "torch:nn.functional.kl_div", "torch:nn.functional.cross_entropy", "torch:nn.functional.log_softmax",
     "torch:log", "torch:softmax", "torch:rand", "torch:randint", "torch:randn", "torch:Generator",
     "torch:utils.cpp_extension._run_ninja_build",  # the build guard (sandbox/no_build.py)
-    "sys:exit", "sys:setprofile", "sys:getprofile", "os:_exit", "os:write", "os:read", "os:listdir",
+    "sys:exit", "sys:setprofile", "sys:getprofile", "sys:audit", "os:_exit", "os:write", "os:read", "os:listdir",
+    "os:urandom", "gc:callbacks",
     "json:dumps", "json:loads", "builtins:type", "builtins:isinstance",
 ]
 
 
 class Integrity:
-    """Identity snapshot of every object the judge relies on inside this process."""
+    """Identity snapshot of every object the judge relies on inside this process.
+
+    Its snapshots are read-only mappings, and the instance itself is sealed in the audit hook (`Child.load`):
+    code that reached it through a frame can neither edit a snapshot in place nor swap one unseen."""
 
     def __init__(self, harness_modules: list[types.ModuleType], operators: set[str] = frozenset()) -> None:
-        self._objects = {path: _resolve(path) for path in _WATCHED}
+        self._objects = MappingProxyType({path: _resolve(path) for path in _WATCHED})
         # The dispatcher's table for every operator the harness itself runs (`harness_operators`): a
         # kernel the candidate registers on one of them (torch.library or TORCH_LIBRARY_IMPL, at any key)
         # would run candidate code inside the harness's steps, e.g. while `arm` makes a timed call's inputs.
-        self._dispatch = {op: torch._C._dispatch_dump(op) for op in sorted(operators)}
-        self._modules = {m.__name__: (m, dict(vars(m))) for m in harness_modules}
+        self._dispatch = MappingProxyType({op: torch._C._dispatch_dump(op) for op in sorted(operators)})
+        self._modules = MappingProxyType({m.__name__: (m, MappingProxyType(dict(vars(m)))) for m in harness_modules})
         # Classes are mutable: patching DeviceClock.time_call leaves the module's dict unchanged.
-        self._classes = {
-            f"{m.__name__}.{name}": (cls, dict(vars(cls)))
+        self._classes = MappingProxyType({
+            f"{m.__name__}.{name}": (cls, MappingProxyType(dict(vars(cls))))
             for m in harness_modules for name, cls in vars(m).items()
             if isinstance(cls, type) and cls.__module__ == m.__name__
-        }
+        })
+        self.hooks = _audit.HookBaseline.capture()
+        """The judge's own hooks (gc callbacks, signal handlers, ...), before the candidate exists."""
 
     def changed(self) -> list[str]:
-        changed = []
+        changed, _ = _audit.findings()  # first: what the audit hook saw, and whether it still answers
         for path, original in self._objects.items():
             try:
                 current = _resolve(path)
@@ -118,9 +134,9 @@ class Integrity:
         for name, (module, snapshot) in self._modules.items():
             current = vars(module)
             for key, value in snapshot.items():
-                if current.get(key, _MISSING) is not value:
+                if current.get(key, _MISSING) is not value and key not in _WARNINGS_ONLY:
                     changed.append(f"{name}.{key}")
-            changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
+            changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys() - _WARNINGS_ONLY)
         for name, (cls, snapshot) in self._classes.items():
             current = vars(cls)
             changed.extend(f"{name}.{key}" for key, value in snapshot.items()
@@ -128,11 +144,14 @@ class Integrity:
             changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
         changed.extend(f"the dispatcher's kernels for {op}" for op, table in self._dispatch.items()
                        if torch._C._dispatch_dump(op) != table)
-        changed.extend(_active_hooks())
+        changed.extend(_audit.active_hooks(self.hooks))
         return changed
 
 
 _MISSING = object()
+_WARNINGS_ONLY = frozenset({"__warningregistry__"})
+"""What `warnings.warn(stacklevel=n)` adds to the module of the frame it lands on (a harness frame, when a
+candidate's forward() warns with stacklevel=4): read by the warnings machinery alone."""
 
 
 def harness_operators(task: Any, device: torch.device, also: Callable[[], object] | None = None) -> set[str]:
@@ -174,22 +193,6 @@ def harness_operators(task: Any, device: torch.device, also: Callable[[], object
     return known
 
 
-def _active_hooks() -> list[str]:
-    """Hooks through which candidate code would run inside the judge's own steps, e.g. while `arm` makes a
-    timed call's inputs (outside the parent's timing window): a tracer or profiler function, a torch
-    function or dispatch mode left entered. None is set by the harness between steps."""
-    hooks = []
-    if sys.gettrace() is not None:
-        hooks.append("sys.settrace (a tracer is installed)")
-    if sys.getprofile() is not None:
-        hooks.append("sys.setprofile (a profiler is installed)")
-    if torch._C._len_torch_function_stack():
-        hooks.append("torch function mode (left entered)")
-    if torch._C._len_torch_dispatch_stack():
-        hooks.append("torch dispatch mode (left entered)")
-    return hooks
-
-
 # --- tripwires: forbidden operators replaced in the dispatcher -----------------------------------
 
 class Tripwires:
@@ -215,6 +218,7 @@ class Tripwires:
 
         def tripwire(*args: Any, **kwargs: Any) -> Any:
             hits.append(op)
+            _audit.tripwire(op)  # a record frames cannot clear (sandbox/audit.py)
             raise RuntimeError(f"{op} is forbidden for this task: write the computation yourself")
 
         return tripwire
@@ -300,16 +304,26 @@ def create_context(device: torch.device) -> None:
 
 
 class Child:
+    SEALED = ("task", "device", "source_path", "res_fd", "build_guard", "tripwires", "clock", "integrity",
+              "preloaded_modules", "base_python_threads", "base_native_threads", "kernel_names", "findings")
+    """The attributes that never change once the candidate is imported: sealed in the audit hook at `load`."""
+
     def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
+        # First: before any snapshot, and long before the candidate exists. Nothing it could write is trusted.
+        _audit.install(untrusted=(os.getcwd(), os.path.dirname(os.path.abspath(source_path)), _BUILD_DIR or ""))
         self.task = get_task(task_id)
         self.device = torch.device(device)
         self.source_path = source_path
         self.res_fd = res_fd
         self.model: torch.nn.Module | None = None
-        self.armed: tuple[Any, list[torch.Tensor]] | None = None
+        self.armed: tuple[Any, list[torch.Tensor], _window.Keeper] | None = None
+        self.window_outputs: tuple[list[object], tuple[_window.Kept, ...]] = ([], ())
+        """The last batch's outputs and what was kept of them inside the window, until `inspect` compares them."""
+        self.findings: list[str] = []
+        """Tampering the harness found itself (its timing state edited, outputs changed after the window)."""
         self.base_memory = 0
-        self.extension_modules: set[str] = set()
-        self.kernel_names: set[str] = set()
+        self.extension_modules: frozenset[str] = frozenset()
+        self.kernel_names: frozenset[str] = frozenset()
         """Read at `load`: a pre-started child (sandbox/warm.py) exists before the candidate's file does."""
         self.setup_s: dict[str, float] = {}
         """What each step of this set-up took (reported in `Ready`)."""
@@ -322,7 +336,7 @@ class Child:
         self.clock = _timing.DeviceClock(self.device)
         mark = self._setup_step("clock", mark)
         self.integrity = Integrity(self._watched_modules(), harness_operators(self.task, self.device,
-                                                                              also=self._harness_probe))
+                                                                              also=self._probe))
         self._setup_step("harness_probe", mark)
         self.preloaded_modules = {name.split(".")[0] for name in sys.modules}
         self.base_python_threads = _python_threads()
@@ -330,10 +344,28 @@ class Child:
 
     def _watched_modules(self) -> list[types.ModuleType]:
         """The judge's modules in this process whose contents candidate code must leave alone."""
-        return [_timing, _protocol, _compare, _no_build, sys.modules[__name__]]
+        return [_timing, _protocol, _compare, _no_build, _audit, _window, sys.modules[__name__]]
 
     _harness_probe: Callable[[], object] | None = None
     """What the judge runs besides the task's harness (`harness_operators`' `also`): a subclass's checks."""
+
+    def _probe(self) -> None:
+        """`harness_operators`' `also`: a timed batch's own operators (the clock's flush, what the window keeps
+        and reads back), then a subclass's."""
+        self.clock.flush()
+        out = torch.zeros(self.task.output_shape, dtype=self.task.output_dtype, device=self.device)
+        keeper = self._keeper(1, check=False)
+        keeper.take(0, out)
+        _window.changed_after([out], keeper.close())
+        if self._harness_probe is not None:
+            self._harness_probe()
+
+    def _keeper(self, calls: int, leaves: list[torch.Tensor] = (), *, check: bool = True) -> _window.Keeper:
+        """Host buffers for a batch's outputs, made at `arm`; at the batch's end, inside the window, the
+        quick hook check (what could still run after the window closes). `check=False`: the probe's."""
+        hooks = self.integrity.hooks if check else None
+        return _window.Keeper(self.device, self.task.output_shape, self.task.output_dtype, calls, leaves,
+                              at_close=(lambda: _audit.active_hooks(hooks, quick=True)) if check else None)
 
     def _setup_step(self, name: str, since: float) -> float:
         now = time.monotonic()
@@ -350,18 +382,20 @@ class Child:
 
     # Every reply carries what the parent needs to decide policy and tampering (the `go` reply excepted:
     # it is inside the parent's timing window, and the `inspect` right after it carries the checks).
+    # The integrity checks come last: listing /proc raises audit events, and nothing may run after the checks.
     def reply(self, header: dict[str, Any], payloads: list[bytes] | None = None, *, lean: bool = False) -> None:
         if lean:
-            _protocol.send(self.res_fd, header, payloads)
+            found = self.findings + _audit.findings()[0]
+            _protocol.send(self.res_fd, {**header, "tampered": found} if found else header, payloads)
             return
         header = {
             **header,
-            "tripwire_hits": sorted(set(self.tripwires.hits)),
-            "tampered": self.integrity.changed(),
             "python_threads": _python_threads() - self.base_python_threads,
             "native_threads": _native_threads() - self.base_native_threads,
             "processes": _other_processes(),
         }
+        hits = set(self.tripwires.hits) | set(_audit.findings()[1])
+        header.update(tampered=self.integrity.changed() + self.findings, tripwire_hits=sorted(hits))
         _protocol.send(self.res_fd, header, payloads)
 
     def load(self, cmd: _protocol.Load) -> dict[str, Any]:
@@ -369,15 +403,24 @@ class Child:
 
         An extension the build stage did not build fails the load with `NotBuilt`, even when the candidate
         caught it and went on (or failed later for want of it): that refusal is the answer a person needs."""
-        self.kernel_names = self._declared_kernels()
+        self.kernel_names = frozenset(self._declared_kernels())
+        self._seal()
         try:
             self.model = self._import_candidate()
         except Exception:
             self.build_guard.raise_if_refused()
             raise
         self.build_guard.raise_if_refused()
-        self.extension_modules = self._built_extensions()
+        self.extension_modules = frozenset(self._built_extensions())
         return {"extensions": sorted(self.extension_modules)}
+
+    def _seal(self) -> None:
+        """Hand the harness's instances to the audit hook, which keeps their attributes where no frame reaches:
+        one replaced later (the clock's overhead, the snapshot Integrity compares with) is reported."""
+        _audit.seal("the child", self, self.SEALED)
+        _audit.seal("the timing clock", self.clock)
+        _audit.seal("the integrity snapshot", self.integrity)
+        _audit.seal("the tripwires", self.tripwires)
 
     def _import_candidate(self) -> torch.nn.Module:
         spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, self.source_path)
@@ -407,7 +450,10 @@ class Child:
     def _inputs(self, cmd: _protocol.Trial | _protocol.Estimate | _protocol.Arm) -> list[torch.Tensor]:
         return self.task.make_inputs(tuple(cmd.shape), cmd.distribution, cmd.seed, self.device)
 
-    def _output_payload(self, out: Any, inputs: list[torch.Tensor]) -> tuple[dict[str, Any], bytes]:
+    def _output_payload(self, out: Any, inputs: list[torch.Tensor],
+                        kept: _window.Kept | None = None) -> tuple[dict[str, Any], bytes]:
+        """The output's dtype, shape and bytes, refused unless it is a plain tensor on the inputs' device sharing no
+        memory with them. `kept`: a timed call's bytes as copied inside the window, reported instead of a read now."""
         if type(out) is not torch.Tensor:
             raise OutputRejected(f"forward returned {type(out).__module__}.{type(out).__qualname__}, "
                             "not a plain torch.Tensor")
@@ -419,6 +465,8 @@ class Child:
             in_lo, in_hi = _storage_span(tensor)
             if lo < in_hi and in_lo < hi:
                 raise OutputRejected(f"forward returned a view of (or memory shared with) input {i}")
+        if kept is not None and kept.output is not None:
+            return {"dtype": _compare.dtype_name(out.dtype), "shape": list(out.shape)}, kept.output
         host = out.detach().clone().cpu().contiguous()
         meta = {"dtype": _compare.dtype_name(host.dtype), "shape": list(host.shape)}
         return meta, host.view(-1).view(torch.uint8).numpy().tobytes()
@@ -484,8 +532,9 @@ class Child:
             shape = tuple(cmd.shape)
             sets = [self.task.make_inputs(shape, c.distribution, c.seed, self.device) for c in calls]
         before = [_compare.fingerprint(inputs) for inputs in sets]
+        keeper = self._keeper(len(sets))  # before `_ready_to_time`: its buffers are the judge's, not the peak's
         self._ready_to_time()
-        self.armed = (model, sets)
+        self.armed = (model, sets, keeper)
         return {"before": before[0], "before_all": before}
 
     def _ready_to_time(self) -> None:
@@ -501,20 +550,28 @@ class Child:
     def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
         if self.armed is None:
             raise RuntimeError("go without arm")
-        model, sets = self.armed
+        model, sets, keeper = self.armed
         # Plain closures, made by the interpreter: nothing the candidate could have patched runs between
         # here and the clock (a patched functools.partial could do a call's work before it is timed).
         batch = _timing.time_batch(self.clock, [(lambda inputs=inputs: model(*inputs)) for inputs in sets],
-                                   cpu_flushed=True)
+                                   cpu_flushed=True, keep=keeper)
+        self._after_window(batch, keeper)
         return self._batch_reply(batch, sets)
+
+    def _after_window(self, batch: _timing.BatchTime, keeper: _window.Keeper) -> None:
+        """What the batch's end found (its timing state edited, a hook still installed), and the outputs with what
+        was kept of them, for `inspect` to compare once the harness has run again."""
+        self.findings.extend(batch.tampered)
+        self.findings.extend(keeper.findings)
+        self.window_outputs = (list(batch.results), batch.kept)
 
     def _batch_reply(self, batch: _timing.BatchTime,
                      sets: list[list[torch.Tensor]]) -> tuple[dict[str, Any], list[bytes]]:
         """`go`'s reply: every call's output (each refused if it aliases any input of the batch) and the times."""
         everything = [t for inputs in sets for t in inputs]
         payloads, meta = [], {}
-        for out in batch.results:
-            meta, payload = self._output_payload(out, everything)
+        for out, kept in zip(batch.results, batch.kept or [None] * len(batch.results)):
+            meta, payload = self._output_payload(out, everything, kept)
             payloads.append(payload)
         meta.update(time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
                     event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
@@ -524,11 +581,19 @@ class Child:
     def inspect(self, cmd: _protocol.Inspect) -> dict[str, Any]:
         if self.armed is None:
             raise RuntimeError("inspect without arm")
-        _, sets = self.armed
+        _, sets, _ = self.armed
         self.armed = None
         peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory) if self.device.type == "cuda" else None
         after = [_compare.fingerprint(inputs) for inputs in sets]
+        self._compare_kept()
         return {"after": after[0], "after_all": after, "peak_memory_bytes": peak}
+
+    def _compare_kept(self) -> None:
+        """After the harness has run again (fingerprints allocate, which is when an allocator callback would launch
+        deferred kernels): an output that differs from its copy made inside the window became right too late."""
+        self.clock.synchronize()
+        self.findings.extend(_window.changed_after(*self.window_outputs))
+        self.window_outputs = ([], ())
 
     def calibrate(self, cmd: _protocol.Calibrate) -> dict[str, Any]:
         """Before the candidate exists: measure the clocks' overhead."""

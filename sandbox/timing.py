@@ -29,6 +29,13 @@ call; the mean is the same however the work is shifted between calls.
 `time_calls` does the same for the trusted baselines, so candidates and baselines are timed alike.
 Every function this module calls is bound at import (`_perf_counter`, `_cuda_synchronize`, `_Event`),
 which happens before candidate code is imported in the child; the child verifies they are unchanged.
+
+What a batch measures is out of the candidate's reach while it runs (issue 25): the clock's state is read once,
+before the first call (`ClockState`), so an attribute set on the clock instance from a frame the candidate
+walked to changes nothing this batch measures, and is reported (`BatchTime.tampered`); the calls and their
+events are tuples, which no frame's reader can edit in place; events re-recorded out of order are reported.
+The child's `Keeper` (sandbox/window.py) copies each call's output inside the window, so work a candidate
+defers past the batch's last event cannot change what is reported.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -72,6 +80,8 @@ HIDDEN_WORK_RATIO = 1.25
 did not see: another stream, another thread, or host-side work between kernels."""
 HIDDEN_WORK_SLACK_MS = 0.05
 """Host-side noise one synchronised call may show beyond its events (wake-up after the synchronisation)."""
+EVENT_RESOLUTION_MS = 0.001
+"""CUDA events resolve about half a microsecond: a negative span shorter than this is the timer, not a re-record."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,20 @@ class CallTimes:
     hidden_work: bool
 
 
+@dataclass(frozen=True)
+class ClockState:
+    """Everything a batch reads of its clock, read once before the batch's first call."""
+
+    device: torch.device
+    is_cuda: bool
+    flush: Callable[[], object]
+    flush_span: tuple[int, int]
+    """The flush buffer's address and size: a buffer shrunk in place flushes nothing."""
+    host_overhead_ms: float
+    flush_ms: float
+    lead_flushes: int
+
+
 class DeviceClock:
     """Flush, synchronise and timestamp on one device."""
 
@@ -115,6 +139,20 @@ class DeviceClock:
         self.lead_ms = lead_ms if lead_ms is not None else float(os.environ.get("JUDGE_TIMING_LEAD_MS", LEAD_MS))
         self.lead_flushes = 0
         """Flushes queued ahead of each batch; set by `calibrate` from the measured `flush_ms`."""
+        self.flush_span = (self._flush.data_ptr(), self._flush.numel())
+
+    def state(self) -> ClockState:
+        return ClockState(self.device, self.is_cuda, self.flush, (self._flush.data_ptr(), self._flush.numel()),
+                          self.host_overhead_ms, self.flush_ms, self.lead_flushes)
+
+    def changes(self, state: ClockState) -> tuple[str, ...]:
+        """What differs from `state` (read before a batch) now, and what the flush buffer lost since it was made."""
+        changed = ()
+        if self.state() != state:
+            changed += ("the timing clock (an attribute of its instance changed during the batch)",)
+        if state.flush_span != self.flush_span:
+            changed += ("the timing clock's flush buffer (replaced or resized)",)
+        return changed
 
     def synchronize(self) -> None:
         if self.is_cuda:
@@ -151,11 +189,6 @@ class DeviceClock:
             self.lead_flushes = math.ceil(self.lead_ms / self.flush_ms) if self.lead_ms > 0 and self.flush_ms > 0 else 0
         return self.host_overhead_ms
 
-    def lead(self) -> None:
-        """Queue the lead ahead of a batch (module doc); its device time is `lead_flushes * flush_ms`."""
-        for _ in range(self.lead_flushes):
-            self.flush()
-
 
 @dataclass(frozen=True)
 class BatchTime:
@@ -168,6 +201,10 @@ class BatchTime:
     """CUDA events around each call on the current stream; None on the CPU."""
     hidden_work: bool
     results: list[object]
+    kept: tuple[object, ...] = ()
+    """What the batch's `Keeper` kept of each call inside the window (empty without one)."""
+    tampered: tuple[str, ...] = ()
+    """The harness's own timing state found edited during the batch (clock, events)."""
 
     @property
     def mean_ms(self) -> float:
@@ -190,43 +227,77 @@ def batch_size(device: torch.device, bytes_per_call: int, armed_bytes: int = ARM
     return max(1, min(MAX_BATCH, armed_bytes // max(bytes_per_call, 1)))
 
 
-def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, first_flushed: bool = False) -> BatchTime:
+class Keeper(Protocol):
+    """What the caller keeps of each call before the batch's window closes (the child's: sandbox/window.py)."""
+
+    def take(self, index: int, result: object) -> None:
+        """Copy call `index`'s result: on the CPU inside that call's timed interval, on a GPU after the batch's
+        last end event and before the device-wide synchronisation that ends the host clock."""
+
+    def close(self) -> tuple[object, ...]:
+        """Once, after the last `take` and still inside the window: what was kept, fixed."""
+
+
+def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, first_flushed: bool = False,
+                   keep: Keeper | None = None) -> BatchTime:
     """The host clock around each call, each after evicting the cache (the flush is not timed). A caller that
-    wants the first flush outside a window around the whole batch (the child's `go`) flushes first and says so."""
+    wants the first flush outside a window around the whole batch (the child's `go`) flushes first and says so.
+    `keep` takes each call's result inside its timed interval."""
+    state, calls, perf = clock.state(), tuple(calls), _perf_counter
     times, results = [], []
     for i, fn in enumerate(calls):
         if i or not first_flushed:
-            clock.flush()
-        t0 = _perf_counter()
-        results.append(fn())
-        times.append((_perf_counter() - t0) * 1e3)
-    return BatchTime(times, sum(times), None, False, results)
+            state.flush()
+        t0 = perf()
+        result = fn()
+        if keep is not None:
+            keep.take(i, result)
+        times.append((perf() - t0) * 1e3)
+        results.append(result)
+    kept = keep.close() if keep is not None else ()
+    return BatchTime(times, sum(times), None, False, results, kept, clock.changes(state))
 
 
-def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]]) -> BatchTime:
-    """Events around each call behind its own queued L2 flush, checked against the host clock (module doc)."""
-    events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in calls]
+def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep: Keeper | None = None) -> BatchTime:
+    """Events around each call behind its own queued L2 flush, checked against the host clock (module doc).
+    `keep` takes every result after the last end event, inside the host clock's window."""
+    state, calls = clock.state(), tuple(calls)
+    perf, sync, record, elapsed = _perf_counter, _cuda_synchronize, _record, _elapsed_time
+    events = tuple((_Event(enable_timing=True), _Event(enable_timing=True)) for _ in calls)
     results = []
-    clock.synchronize()
-    t0 = _perf_counter()
-    clock.lead()
+    sync(state.device)
+    t0 = perf()
+    for _ in range(state.lead_flushes):
+        state.flush()
     for fn, (start, end) in zip(calls, events):
-        clock.flush()
-        _record(start)
+        state.flush()
+        record(start)
         results.append(fn())
-        _record(end)
-    clock.synchronize()
-    flushes = len(calls) + clock.lead_flushes
-    host_ms = max((_perf_counter() - t0) * 1e3 - clock.host_overhead_ms - flushes * clock.flush_ms, 0.0)
-    events_ms = [_elapsed_time(start, end) for start, end in events]
+        record(end)
+    kept = ()
+    if keep is not None:
+        for i, result in enumerate(results):
+            keep.take(i, result)
+        kept = keep.close()
+    sync(state.device)
+    flushes = len(calls) + state.lead_flushes
+    host_ms = max((perf() - t0) * 1e3 - state.host_overhead_ms - flushes * state.flush_ms, 0.0)
+    events_ms = [elapsed(start, end) for start, end in events]
+    gaps = [elapsed(events[i][1], events[i + 1][0]) for i in range(len(events) - 1)]
     hidden = host_ms > HIDDEN_WORK_RATIO * sum(events_ms) + HIDDEN_WORK_SLACK_MS
     times = [host_ms / len(calls)] * len(calls) if hidden else events_ms
-    return BatchTime(times, host_ms, events_ms, hidden, results)
+    tampered = clock.changes(state)
+    if min(events_ms + gaps) < -EVENT_RESOLUTION_MS:
+        tampered += ("the batch's timing events (recorded again, out of order, during the batch)",)
+    return BatchTime(times, host_ms, events_ms, hidden, results, kept, tampered)
 
 
-def time_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, cpu_flushed: bool = False) -> BatchTime:
+def time_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, cpu_flushed: bool = False,
+               keep: Keeper | None = None) -> BatchTime:
     """The strategy for the clock's device (`cpu_flushed`: see `time_cpu_batch`; a GPU queues its flushes)."""
-    return time_cuda_batch(clock, calls) if clock.is_cuda else time_cpu_batch(clock, calls, first_flushed=cpu_flushed)
+    if clock.is_cuda:
+        return time_cuda_batch(clock, calls, keep)
+    return time_cpu_batch(clock, calls, first_flushed=cpu_flushed, keep=keep)
 
 
 def time_one_call(clock: DeviceClock, fn: Callable[[], object], *, cpu_flushed: bool = False) -> CallTime:

@@ -18,7 +18,10 @@ Untrusted process, same THREAT MODEL as sandbox/child.py (read it first): nothin
   `sys.setprofile`, as the forward does) and whether the loss's graph holds a custom autograd.Function;
 - the operators this module runs outside a step (projection, row gather) are recorded before the import
   and their dispatcher tables watched (`harness_operators(also=...)`), and this module is watched by
-  `Integrity` like the rest of the harness.
+  `Integrity` like the rest of the harness;
+- a gradient finished after the batch's last event (the gradient pass deferred to an allocator callback, or left
+  on a stream nobody waited for) is caught by digests of sampled rows kept inside the window (sandbox/window.py),
+  which `grad_check` computes again on the gradient it reports.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from reference.training import grad_output_scale
 from sandbox import compare as _compare
 from sandbox import protocol as _protocol
 from sandbox import timing as _timing
+from sandbox import window as _window
 
 
 def _running_child_module() -> types.ModuleType:
@@ -95,6 +99,8 @@ class TrainingChild(_child.Child):
     `trial`, `estimate`, `arm`, `go` and `inspect` are its own (Child's serve the forward tasks); the empty
     calls of the calibration (`null`) are Child's."""
 
+    SEALED = (*_child.Child.SEALED, "grad_input")
+
     def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
         super().__init__(task_id, device, source_path, res_fd)
         assert self.task.training is not None
@@ -105,17 +111,25 @@ class TrainingChild(_child.Child):
         """The ones before, kept alive so that their memory cannot be an honest new gradient's."""
         self.scales: list[torch.Tensor] = []
         self.mode = "step"
-        self.step_armed: tuple[Any, list[list[torch.Tensor]]] | None = None
+        self.step_armed: tuple[Any, list[list[torch.Tensor]], _window.Keeper] | None = None
         self.step_peak: int | None = None
+        self.step_kept: tuple[_window.Kept, ...] = ()
+        """What the last batch's steps left inside the window: digests of sampled rows of each gradient."""
+
     def _watched_modules(self) -> list[types.ModuleType]:
         return [*super()._watched_modules(), sys.modules[__name__]]
 
     def _harness_probe(self) -> None:
-        """What `grad_check` and `arm` run besides the task's own harness, on a small gradient."""
+        """What `grad_check`, `arm` and a step's window run besides the task's own harness, on a small gradient."""
         grad = torch.rand(8, 64, device=self.device)
         project_rows(grad, projection_weights(64, 0, self.device)).cpu()
         grad[torch.tensor([0, 3], dtype=torch.int64, device=self.device)].contiguous().cpu()
         torch.tensor(1.5, dtype=torch.float32, device=self.device)
+        leaf = torch.rand(8, 64, device=self.device)
+        leaf.grad = grad
+        keeper = self._keeper(1, [leaf], check=False)
+        keeper.take(0, torch.zeros((), device=self.device))
+        _window.gradient_changed_after(grad, keeper.close()[0], 0)
 
     def _scale(self, seed: int) -> torch.Tensor:
         return torch.tensor(grad_output_scale(seed), dtype=torch.float32, device=self.device)
@@ -176,6 +190,7 @@ class TrainingChild(_child.Child):
         inputs[self.grad_input].requires_grad_(True)
         scale = self._scale(cmd.seed)
         self._begin_step()
+        self.step_kept = ()
         loss, f_calls, f_names = self._profiled(lambda: self.model(*inputs))
         self._check_loss(loss)
         custom_function = has_custom_function(loss)
@@ -220,8 +235,10 @@ class TrainingChild(_child.Child):
         before = [_compare.fingerprint(inputs) for inputs in sets]
         for inputs in sets:
             inputs[self.grad_input].requires_grad_(True)
+        leaves = [inputs[self.grad_input] for inputs in sets] if self.mode == "step" else []
+        keeper = self._keeper(len(sets), leaves)
         self._ready_to_time()
-        self.step_armed = (self.model, sets)
+        self.step_armed = (self.model, sets, keeper)
         return {"before": before[0], "before_all": before}
 
     def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
@@ -229,14 +246,16 @@ class TrainingChild(_child.Child):
             return super().go(cmd)
         if self.step_armed is None:
             raise RuntimeError("go without arm")
-        model, sets = self.step_armed
+        model, sets, keeper = self.step_armed
         # Plain closures, as in Child.go: nothing the candidate could have patched runs between here and the clock.
         if self.mode == "forward":
             calls = [(lambda inputs=inputs: model(*inputs)) for inputs in sets]
         else:
             calls = [(lambda inputs=inputs, scale=scale: self._step(model, inputs, scale))
                      for inputs, scale in zip(sets, self.scales)]
-        batch = _timing.time_batch(self.clock, calls, cpu_flushed=True)
+        batch = _timing.time_batch(self.clock, calls, cpu_flushed=True, keep=keeper)
+        self._after_window(batch, keeper)
+        self.step_kept = batch.kept
         # The batch's peak now, before grad_check allocates anything of the judge's.
         self.step_peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory
                           if self.device.type == "cuda" else None)
@@ -253,9 +272,10 @@ class TrainingChild(_child.Child):
             return super().inspect(cmd)
         if self.step_armed is None:
             raise RuntimeError("inspect without arm")
-        _, sets = self.step_armed
+        _, sets, _ = self.step_armed
         self.step_armed = None
         after = [_compare.fingerprint(inputs) for inputs in sets]
+        self._compare_kept()
         return {"after": after[0], "after_all": after, "peak_memory_bytes": self.step_peak}
 
     def grad_check(self, cmd: _protocol.GradCheck) -> tuple[dict[str, Any], list[bytes]]:
@@ -263,6 +283,10 @@ class TrainingChild(_child.Child):
         if cmd.call >= len(self.grads):
             raise RuntimeError(f"grad_check of step {cmd.call}: the last batch left {len(self.grads)} gradient(s)")
         grad = self.grads[cmd.call]
+        if cmd.call < len(self.step_kept):
+            self.clock.synchronize()
+            late = _window.gradient_changed_after(grad, self.step_kept[cmd.call], cmd.call)
+            self.findings.extend([late] if late else [])
         meta = {"dtype": _compare.dtype_name(grad.dtype), "shape": list(grad.shape)}
         if grad.dim() != 2 or not grad.is_floating_point():
             return meta, []  # the parent refuses the shape or dtype before reading any payload
