@@ -2,11 +2,13 @@ r"""Class 4: the honest fused kernel, run on a side stream the timer's events do
 
 The work is never joined back to the caller's stream, so it races with whatever the caller does next:
 the judge refills the inputs on the current stream before the next timed call, and the side-stream
-kernel reads half-refilled inputs (incorrect). If it happened to win every race, the timing would see
-the work outside its events and time it by the host clock: the real ~0.75 ms, never ~0.01 ms.
+kernel reads half-refilled inputs (incorrect). The judge copies each output inside the timing window, and
+compares it afterwards: a side-stream result that lands after the copy is work done after the batch's last
+event (tamper_detected). If it happened to win every race, the timing would see the work outside its events
+and time it by the host clock: the real ~0.75 ms, never ~0.01 ms.
 
-expect: (incorrect|correct)
-diagnosis: (timed call \d+ returned a wrong result|where the timing events do not look)
+expect: (incorrect|correct|tamper_detected)
+diagnosis: (timed call \d+ returned a wrong result|where the timing events do not look|changed after the batch's last event)
 task: kl_div
 min_ms: 0.6
 """
