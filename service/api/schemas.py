@@ -6,7 +6,7 @@ import datetime as dt
 import math
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reference import all_tasks
 from sandbox.verdict import Status, Verdict
@@ -138,23 +138,44 @@ class ErrorBody(BaseModel):
     limit_bytes: int | None = Field(default=None, description="With a 413: the limit that was exceeded.")
 
 
+ONE_TEXT = "give exactly one of `source` (a module) and `completion` (a raw LLM answer)"
+"""The refusal of a sample with neither or both texts, the same at every entry point."""
+
+NOT_BLANK = {"minLength": 1, "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}
+"""The JSON schema of a candidate's text: not blank (a non-space character somewhere) and without NUL."""
+
+
 class SubmissionCreate(SampleFields):
-    """A candidate for one task. `source` is either a bare Python module defining `ModelNew` or a raw LLM
-    completion (the last ```python block is the candidate)."""
+    """A candidate for one task: exactly one of `source` and `completion`, as in a line of a batch. Either may be
+    a bare Python module defining `ModelNew` or a raw LLM completion (the last ```python block is the candidate);
+    a `completion` is stored and judged as the `source`."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
-        "task": "kl_div", "source": "import torch\n...\nclass ModelNew(torch.nn.Module): ...",
-        "model": "my-llm-7b", "sampling": {"temperature": 0.8, "top_p": 0.95}, "sample_index": 3,
-        "tags": ["run-42"], "idempotency_key": "run-42/kl_div/3"}]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "oneOf": [{"required": ["source"]}, {"required": ["completion"]}],
+        "examples": [{"task": "kl_div", "source": "import torch\n...\nclass ModelNew(torch.nn.Module): ...",
+                      "model": "my-llm-7b", "sampling": {"temperature": 0.8, "top_p": 0.95}, "sample_index": 3,
+                      "tags": ["run-42"], "idempotency_key": "run-42/kl_div/3"}]})
 
-    # Documented as not blank (a non-space character somewhere) and without NUL; the dependency that parses the
-    # body refuses a blank source with its own message, so the check is not repeated here.
-    source: Text = Field(description="The candidate module or raw completion, UTF-8 text, not blank.",
-                         json_schema_extra={"minLength": 1, "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"})
+    # Typed str with no null allowed (the schema says a string), optional only so `completion` can stand in; the
+    # validator below fills it. The dependency that parses the body refuses a blank one with its own message.
+    source: Text = Field(default=None, description="The candidate module or raw completion, UTF-8 text, not blank. "  # type: ignore[assignment]
+                                                   "Exactly one of source and completion.",
+                         json_schema_extra=NOT_BLANK)
+    completion: Text = Field(default=None, description="A raw LLM completion (the last ```python block that "  # type: ignore[assignment]
+                                                       "defines ModelNew is judged), as in a batch line: the same "
+                                                       "as sending it as `source`.", json_schema_extra=NOT_BLANK)
     idempotency_key: Text | None = Field(
         default=None, min_length=1, max_length=200,
         description="Client key: resubmitting with the same key returns the first submission instead of a new one. "
                     "May also be sent as the `Idempotency-Key` header.")
+
+    @model_validator(mode="after")
+    def _one_text(self) -> SubmissionCreate:
+        if (self.source is None) == (self.completion is None):
+            raise ValueError(ONE_TEXT)
+        if self.completion is not None:  # one field downstream: the stored text is the source either way
+            self.source, self.completion = self.completion, None
+        return self
 
 
 class SubmissionAccepted(BaseModel):

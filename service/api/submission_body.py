@@ -141,7 +141,7 @@ async def submission_body(
         raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
                             "send application/json (SubmissionCreate) or text/plain (the source)")
     if idempotency_key and not body.idempotency_key:
-        body = _validated({**body.model_dump(), "idempotency_key": idempotency_key}, "header")
+        body = _validated({**body.model_dump(exclude={"completion"}), "idempotency_key": idempotency_key}, "header")
     return _check(body, settings.max_source_bytes)
 
 

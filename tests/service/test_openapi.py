@@ -78,7 +78,8 @@ def test_both_submission_bodies_and_the_text_query_are_documented(spec):
     content = post["requestBody"]["content"]
     assert content["text/plain"]["schema"]["type"] == "string"
     json_schema = content["application/json"]["schema"]
-    assert set(json_schema["required"]) == {"task", "source"}
+    assert set(json_schema["required"]) == {"task"}
+    assert json_schema["oneOf"] == [{"required": ["source"]}, {"required": ["completion"]}]
     index = next(s for s in json_schema["properties"]["sample_index"]["anyOf"] if s.get("type") == "integer")
     assert index["maximum"] == MAX_SAMPLE_INDEX and index["minimum"] == 0
     params = {p["name"]: p for p in post["parameters"]}

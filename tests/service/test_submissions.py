@@ -141,9 +141,29 @@ def test_non_utf8_source_is_422(client, auth):
 
 
 def test_malformed_body_is_422_naming_the_field(client, auth):
-    response = client.post("/v1/submissions", json={"task": "kl_div"}, headers=auth)
+    response = submit(client, auth, sample_index="3")
     assert response.status_code == 422
-    assert response.json()["errors"][0]["loc"] == ["body", "source"]
+    assert response.json()["errors"][0]["loc"] == ["body", "sample_index"]
+
+
+def test_completion_is_accepted_as_in_a_batch_line(client, auth, db):
+    completion = "Here is my kernel.\n```python\n" + SOURCE + "```\n"
+    response = client.post("/v1/submissions", json={"task": "kl_div", "completion": completion}, headers=auth)
+    assert response.status_code == 202, response.text
+    source = client.get(f"/v1/submissions/{response.json()['id']}/source", headers=auth).json()["source"]
+    assert source == completion
+    # With the key in the header too (the body is validated a second time with it).
+    response = client.post("/v1/submissions", json={"task": "kl_div", "completion": completion},
+                           headers={**auth, "Idempotency-Key": "c-1"})
+    assert response.status_code == 202, response.text
+
+
+def test_neither_or_both_of_source_and_completion_is_422_naming_both(client, auth, db):
+    for extra in ({}, {"source": SOURCE, "completion": SOURCE}):
+        response = client.post("/v1/submissions", json={"task": "kl_div", **extra}, headers=auth)
+        assert response.status_code == 422, response.text
+        assert "`source`" in response.json()["detail"] and "`completion`" in response.json()["detail"]
+    assert count(db, Submission) == 0
 
 
 def test_submitting_needs_a_valid_key(client, api_key, db):
