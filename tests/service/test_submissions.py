@@ -301,3 +301,26 @@ def test_concurrent_posts_with_one_idempotency_key_make_one_submission(client, a
     assert len({r.json()["id"] for r in responses}) == 1
     assert sum(not r.json()["duplicate"] for r in responses) == 1
     assert count(db, Submission) == 1 and count(db, Job) == 1
+
+
+def test_source_answers_the_text_itself_to_accept_text_plain(client, auth, db):
+    sub_id = submit(client, auth).json()["id"]
+    url = f"/v1/submissions/{sub_id}/source"
+    text = client.get(url, headers={**auth, "Accept": "text/plain"})
+    assert text.status_code == 200 and text.headers["content-type"] == "text/plain; charset=utf-8"
+    assert text.text == SOURCE and text.headers["vary"] == "Accept"
+    for accept in ("application/json", "*/*", "text/plain;q=0.5, application/json", None):
+        answer = client.get(url, headers={**auth, **({"Accept": accept} if accept else {})})
+        assert answer.headers["content-type"] == "application/json", accept
+        assert answer.json()["source"] == SOURCE
+    # The same visibility either way: another submitter's key sees nothing, no key is told to send one.
+    bob = {"Authorization": f"Bearer {new_key(db, 'bob')}", "Accept": "text/plain"}
+    assert client.get(url, headers=bob).status_code == 404
+    assert client.get(url, headers={"Accept": "text/plain"}).status_code == 401
+
+
+def test_source_documents_both_media_types(client):
+    content = client.get("/openapi.json").json()["paths"]["/v1/submissions/{submission_id}/source"]["get"][
+        "responses"]["200"]["content"]
+    assert content["text/plain"]["schema"] == {"type": "string"}
+    assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/SubmissionSource"}

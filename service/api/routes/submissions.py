@@ -166,15 +166,39 @@ def update_submission(submission_id: str, change: schemas.SubmissionUpdate, view
     return view
 
 
+def _prefers_text(accept: str | None) -> bool:
+    """Whether an Accept header ranks text/plain above application/json (a tie, `*/*` or none: JSON)."""
+    quality = {"text": 0.0, "json": 0.0}
+    for item in (accept or "").split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        q = next((p[2:] for p in params if p.lower().startswith("q=")), "1")
+        try:
+            weight = float(q)
+        except ValueError:
+            continue
+        media = media.lower()
+        if media in ("text/plain", "text/*", "*/*"):
+            quality["text"] = max(quality["text"], weight)
+        if media in ("application/json", "application/*", "*/*"):
+            quality["json"] = max(quality["json"], weight)
+    return quality["text"] > quality["json"]
+
+
+SOURCE_OK = {"description": "The source: as JSON (SubmissionSource) by default, or the text itself to "
+                            "`Accept: text/plain` (UTF-8), to save it as a file.",
+             "content": {"text/plain": {"schema": {"type": "string"}}}}
+
+
 @router.get("/{submission_id}/source", response_model=schemas.SubmissionSource,
             summary="The source of a submission, where you may read it", openapi_extra=OPTIONAL_KEY,
-            responses=responses(401, 404, 422, 503))
-def read_source(submission_id: str, viewer: ViewerDep, session: ReadSessionDep,
-                settings: SettingsDep) -> schemas.SubmissionSource:
+            responses={200: SOURCE_OK, **responses(401, 404, 422, 503)})
+def read_source(submission_id: str, viewer: ViewerDep, session: ReadSessionDep, settings: SettingsDep,
+                request: Request, response: Response) -> schemas.SubmissionSource | Response:
     """Exactly what was submitted (for a raw LLM completion: the whole completion). The verdict is public, the
     kernel is not: its submitter (any of their keys) and the admin key may read it; anyone may, without a key,
     once it is public (sent with `public: true` or made so with PATCH) or published by JUDGE_SOURCES_PUBLIC_AFTER.
-    A private source answers 401 without a key and 404 to another submitter's key, like a missing one."""
+    A private source answers 401 without a key and 404 to another submitter's key, like a missing one.
+    JSON by default; the text alone (`text/plain; charset=utf-8`) when Accept prefers text/plain."""
     sub = crud.submission_source(session, submission_id)
     if sub is None:
         raise _not_found(submission_id)
@@ -184,6 +208,9 @@ def read_source(submission_id: str, viewer: ViewerDep, session: ReadSessionDep,
                                 f"the source of submission {submission_id!r} is private: send its submitter's key "
                                 "(Authorization: Bearer <key>)", headers={"WWW-Authenticate": "Bearer"})
         raise _not_found(submission_id)
+    if _prefers_text(request.headers.get("accept")):
+        return Response(sub.source, media_type="text/plain; charset=utf-8", headers={"Vary": "Accept"})
+    response.headers["Vary"] = "Accept"
     return schemas.SubmissionSource(id=sub.id, task=sub.task_id, source=sub.source, source_sha256=sub.source_sha256)
 
 
