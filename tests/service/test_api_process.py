@@ -85,6 +85,10 @@ def test_cli_submit_wait_and_status(db: Database, live_api, spawn, tmp_path):
     stages = re.findall(r"^\s*(\d+\.\d) s  (\w+)", done.stderr, re.M)
     assert stages and stages[-1][1] == "done", done.stderr
     assert [float(t) for t, _ in stages] == sorted(float(t) for t, _ in stages), done.stderr
+    # The status is printed once: one `status: diagnosis` line on stdout, and stderr's stage lines neither repeat
+    # the last stage nor the verdict.
+    assert done.stdout.count("correct: ") == 1 and "correct" not in done.stderr, (done.stdout, done.stderr)
+    assert [s for _, s in stages].count("done") == 1, done.stderr
     status = subprocess.run([*cli, "status", sub_id, "--json", "--url", base], capture_output=True, text=True, cwd=ROOT,
                             timeout=60)
     assert json.loads(status.stdout)["submitter"] == "carol"
