@@ -153,11 +153,15 @@ def leaderboard_table(board: models.Leaderboard) -> Group:
     tables = []
     for device in board.devices:
         table = Table(title=f"{board.task} · {device.device_name} · by {board.by}, sorted by {board.sort}")
-        for name in ("#", board.by, "model", "median ms", "x eager", "x compile", "speed of light", "submission"):
+        # By model, the entry's name is the model: a second model column would repeat it.
+        model_column = board.by != "model"
+        for name in ("#", board.by, *(("model",) if model_column else ()), "median ms", "x eager", "x compile",
+                     "speed of light", "submission"):
             table.add_column(name, justify="right" if name not in (board.by, "model", "submission") else "left")
         for e in device.entries:
-            table.add_row(str(e.rank), e.name, e.model or "-", _num(e.median_ms, "{:.3f}"),
-                          _num(e.speedup_eager), _num(e.speedup_compile), _pct(e.speed_of_light), e.submission_id)
+            table.add_row(str(e.rank), e.name, *((e.model or "-",) if model_column else ()),
+                          _num(e.median_ms, "{:.3f}"), _num(e.speedup_eager), _num(e.speedup_compile),
+                          _pct(e.speed_of_light), e.submission_id)
         tables.append(table)
     if not tables:
         tables.append(Text(f"no ranked submissions for {board.task} yet"))

@@ -74,3 +74,26 @@ def test_bad_sort_is_422(client):
     assert client.get("/v1/leaderboard/kl_div?sort=random").status_code == 422
 
 
+
+
+def test_cli_leaderboard_by_model_shows_one_model_column(client, db, monkeypatch):
+    from typer.testing import CliRunner
+
+    from service.cli import submissions
+    from service.cli.main import app
+    from service.client import JudgeClient
+
+    judged(db, "alice", "m-7b", Status.CORRECT, 2.0)
+    judged(db, "bob", "m-70b", Status.CORRECT, 1.0)
+    # The CLI's client, talking to the in-process app.
+    monkeypatch.setattr(submissions, "client", lambda url, key: JudgeClient("http://testserver", "",
+                                                                            transport=client._transport))
+    runner = CliRunner()
+    by_model = runner.invoke(app, ["leaderboard", "kl_div", "--by", "model"])
+    assert by_model.exit_code == 0, by_model.output
+    header = next(line for line in by_model.output.splitlines() if "median ms" in line)
+    assert header.count("model") == 1 and "submitter" not in header, by_model.output
+    assert by_model.output.count("m-70b") == 1 and by_model.output.count("m-7b") == 1
+    by_submitter = runner.invoke(app, ["leaderboard", "kl_div"]).output
+    header = next(line for line in by_submitter.splitlines() if "median ms" in line)
+    assert header.count("model") == 1 and header.count("submitter") == 1, by_submitter
