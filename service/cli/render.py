@@ -3,6 +3,7 @@
 Every function returns a renderable (or a string) and prints nothing, so commands choose the console.
 """
 
+import re
 import time
 from collections.abc import Callable
 
@@ -73,10 +74,43 @@ def verdict_line(verdict: models.Verdict | None) -> str:
     return f"{verdict.status}: {first[0] if first else ''}"
 
 
+WIDE = 120
+"""Console width from which `batch --watch` draws its full 40-cell bar; narrower, a 20-cell one."""
+
+
+class BatchProgress(Progress):
+    """`batch --watch`: the bar (samples done, elapsed, eta) on one line, then the counts (`counts_text`) packed
+    into lines of the console's width, so at 80 columns nothing is cut and no `status n` is split across lines."""
+
+    def get_renderables(self):  # noqa: ANN201 (rich's signature)
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            if task.fields.get("counts"):
+                yield packed(task.fields["counts"], self.console.width)
+
+
+def packed(counts: str, width: int) -> Text:
+    """`counts_text` in lines of at most `width` cells, broken only between fields (at ` · ` or ` | `); a new line
+    starts with `| ` where the verdicts begin."""
+    parts = re.split(r"( · | \| )", counts)
+    lines, line = [], Text.from_markup(parts[0])
+    for sep, field in zip(parts[1::2], parts[2::2], strict=True):
+        piece = Text.from_markup(field)
+        if line.cell_len + len(sep) + piece.cell_len <= width:
+            line.append(sep).append_text(piece)
+        else:
+            lines.append(line)
+            line = (Text("| ") if "|" in sep else Text()).append_text(piece)
+    lines.append(line)
+    for text in lines:
+        text.truncate(width, overflow="ellipsis")  # only a single field wider than the console
+    return Text("\n").join(lines)
+
+
 def batch_progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), TextColumn("{task.fields[counts]}"),
-                    console=console)
+    bar = 40 if console.width >= WIDE else 20
+    return BatchProgress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=bar), MofNCompleteColumn(),
+                         TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), console=console)
 
 
 def counts_text(batch: models.Batch) -> str:

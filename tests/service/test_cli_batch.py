@@ -112,3 +112,29 @@ def test_batch_watch_results_status_cancel(db, live_api, spawn, tmp_path):
         other = crud.create_key(session, "mallory")[1]
     refused = _cli("cancel", batch_id, "--url", base, "--key", other)
     assert refused.returncode == 4 and "Traceback" not in refused.stderr and "only the key" in refused.stderr
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_batch_watch_progress_fits_the_console_width(width):
+    import io
+
+    from rich.console import Console
+
+    from service.cli import render
+    from service.client import models
+
+    batch = models.Batch(id="b", state="running", total=10_000, duplicates=250, progress=0.5984, eta_s=1234,
+                         counts={"queued": 4000, "compiling": 12, "compiled": 3, "running": 1, "done": 5984},
+                         verdicts={"correct": 1200, "incorrect": 900, "compile_error": 3000, "runtime_error": 400,
+                                   "timeout": 84, "policy_violation": 300, "tamper_detected": 100})
+    console = Console(width=width, record=True, file=io.StringIO(), force_terminal=True)
+    progress = render.batch_progress(console)
+    progress.add_task("judging", total=batch.total, completed=5984, eta=render.eta_text(batch),
+                      counts=render.counts_text(batch))
+    console.print(progress.get_renderable())
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines), lines
+    assert "5984/10000" in lines[0] and "eta 1234s" in lines[0], lines
+    # Every field whole on one line: nothing cut, no `status n` split between lines.
+    fields = [f"{s} {n}" for s, n in {**batch.counts, **batch.verdicts, "duplicates": 250}.items()]
+    assert all(sum(field in line for line in lines) == 1 for field in fields), lines
