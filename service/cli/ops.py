@@ -53,7 +53,7 @@ def _require_isolation(settings: Settings) -> None:
     try:
         mechanism = require_isolation(judge_config(settings).isolation)
     except IsolationError as exc:
-        logging.getLogger("kernel-judge").error("cannot judge candidates: %s", exc)
+        # Printed, not also logged: the log goes to the same stderr, and the explanation is long.
         typer.echo(f"error: cannot judge candidates: {exc}", err=True)
         raise typer.Exit(ExitCode.LOCAL_ERROR) from None
     if mechanism != "bwrap":

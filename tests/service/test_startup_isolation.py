@@ -26,6 +26,7 @@ def test_refuses_to_start_without_bubblewrap(tmp_path: Path, command: list[str])
     assert done.returncode != 0
     assert "bubblewrap is required" in done.stderr and "apt-get install bubblewrap" in done.stderr, done.stderr
     assert "JUDGE_BWRAP points at /nonexistent/bwrap" in done.stderr
+    assert done.stderr.count("bubblewrap is required") == 1 and not done.stdout, done.stderr  # said once
     assert not (tmp_path / "judge.db").exists(), "nothing may start (not even migrations) before the check"
 
 
