@@ -92,7 +92,7 @@ def unfinished_batch_jobs(session: Session, key_id: str) -> int:
 
 
 def _unknown_parents(session: Session, samples: list[tuple[int, Sample]]) -> set[str]:
-    wanted = sorted({s.parent_id for _, s in samples if s.parent_id})
+    wanted = sorted({s.parent_id for _, s in samples if s.parent_id is not None})  # "" names no submission either
     found: set[str] = set()
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]

@@ -168,6 +168,14 @@ def test_an_upload_with_no_sample_at_all_says_what_a_sample_is(client, auth, db)
     assert stored(db) == (0, 0)
 
 
+def test_a_parent_id_naming_no_submission_is_a_refused_line_even_when_empty(client, auth, db):
+    # An empty parent_id was taken for "none" by the existence check and reached the foreign key: a 500 on SQLite
+    # (found by schemathesis).
+    for parent in ("", "nope"):
+        refused_line(post_batch(client, auth, jsonl(sample(parent_id=parent))), 1, "parent_id", "is not a submission")
+    assert stored(db) == (0, 0)
+
+
 def test_a_json_body_nested_100000_deep_is_a_422_saying_where(client, auth, db):
     for body in ("[" * 100_000 + "]" * 100_000, '{"samples": [' + "{\"a\": " * 100_000 + "1" + "}" * 100_000 + "]}"):
         r = client.post("/v1/batches", content=body, headers={**auth, "Content-Type": "application/json"})
