@@ -2,12 +2,12 @@
 with them (the config's defaults: precompiled headers, subset first) and without (`precompiled_headers=False`).
 
 Real builds in two build roots (the test run's, and a fresh one for the builds without), so that neither can
-reuse the other's outcome; the PCH variants and the baselines come from the run's cache root (trusted artifacts the judge builds from torch alone,
-whatever the candidate). The accelerators act only at the build stage, and a build's products are the same
-either way (sandbox/build_accel.py), so most files are compared there (the outcome of `prepare`); the
-model-style files (`model_*`, written as models write kernels: repeated includes, their own PYBIND11_MODULE,
-include guards, odd flags, a raw completion) go through the whole judge both ways and must get the verdict
-their header declares.
+reuse the other's outcome; the PCH variants and the baselines come from the run's cache root (trusted artifacts
+the judge builds from torch alone, whatever the candidate). The accelerators act only at the build stage, and a
+build's products are the same either way (sandbox/build_accel.py), so most files are compared there (the outcome
+of `prepare`); the model-style files (`model_*`, written as models write kernels: repeated includes, their own
+PYBIND11_MODULE, include guards, odd flags, a raw completion) go through the whole judge both ways and must get
+the verdict their header declares.
 """
 
 from __future__ import annotations
