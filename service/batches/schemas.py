@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.api.schemas import NO_NUL, PlainJson, SampleFields, Tag, Text, json_integer
+from service.api.schemas import NO_NUL, ONE_TEXT, PlainJson, SampleFields, Tag, Text, json_integer
 from service.batches.rewards import RewardParams
 from service.queue.states import JobState
 
@@ -41,7 +41,7 @@ class Sample(SampleFields):
     @model_validator(mode="after")
     def _one_text(self) -> Sample:
         if (self.source is None) == (self.completion is None):
-            raise ValueError("give exactly one of `source` (a module) and `completion` (a raw LLM answer)")
+            raise ValueError(ONE_TEXT)
         return self
 
     @property
