@@ -201,10 +201,12 @@ class KernelScorer:
                 if attempt >= self.attempts or (isinstance(exc, ServerError) and exc.status_code != 502):
                     raise
                 told = getattr(exc, "retry_after", None)
+                # Jitter spreads the retries of many reward workers that failed at the same moment.
                 wait = told if told is not None else self.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-                logger.info("judge busy or unreachable (%s); retry %d/%d in %.1f s", exc, attempt,
+                wait = min(max(wait, 0.0), self.max_backoff_s)
+                logger.info("judge busy or unreachable (%s); retry %d/%d in %.2f s", exc, attempt,
                             self.attempts - 1, wait)
-                await asyncio.sleep(min(max(wait, 0.0), self.max_backoff_s))
+                await asyncio.sleep(wait)
 
     def _unavailable(self, n: int, why: str) -> list[Score]:
         return [Score(reward=self.unavailable_reward, outcome=Outcome.UNAVAILABLE, diagnosis=why) for _ in range(n)]
