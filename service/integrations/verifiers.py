@@ -8,7 +8,7 @@ In verifiers 0.4 an environment package exports a `Taskset` (`__all__`), whose t
 `@vf.reward` / `@vf.metric` methods: the rubric. verifiers' runner (`vf-eval`, prime-rl) builds the `Env` from
 the taskset's id, plays each task with a harness and model, then calls `Task.score(trace)`. Here each task's
 prompt is the judge's own prompt for it (`GET /v1/tasks/{id}/prompt`), the reward `kernel_judge` is the reward
-call's formula on the trace's last reply, and the metrics `correct` and `compiled` come from the same verdict.
+call's formula on the trace's last reply, and the metric `correct` comes from the same verdict.
 To publish it as a hub package, re-export it from a top-level module (verifiers resolves a taskset id to an
 importable top-level name): `from service.integrations.verifiers import KernelTaskset; __all__ = ["KernelTaskset"]`.
 
@@ -26,7 +26,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from service.client import JudgeClient
-from service.integrations.scoring import KernelScorer, Score
+from service.integrations.scoring import KernelScorer
 
 
 class JudgeUnavailable(RuntimeError):
@@ -61,25 +61,27 @@ def _scorer(config: KernelTaskConfig) -> KernelScorer:
 
 
 class KernelTask(vf.Task[KernelTaskData, vf.State, KernelTaskConfig]):
-    async def _score(self, task: KernelTaskData, trace: vf.Trace) -> Score:
-        # reward and metrics read one verdict: judge once per trace.
-        cached = trace.info.get("kernel_judge")
-        if cached is None:
+    async def _verdict(self, task: KernelTaskData, trace: vf.Trace) -> dict[str, Any]:
+        """The judge's answer for this trace, kept in `trace.info["kernel_judge"]` (JSON, so it travels with
+        the trace): verifiers runs the metrics, then the rewards, and both read one verdict."""
+        if "kernel_judge" not in trace.info:
             (score,) = await _scorer(self.config).score([trace.last_reply], task.kernel_task)
-            cached = trace.info["kernel_judge"] = score
-        return cached
+            trace.info["kernel_judge"] = {"reward": score.reward, "outcome": score.outcome.value,
+                                          "infra_failure": score.infra_failure, "status": score.status,
+                                          "submission_id": score.submission_id, "diagnosis": score.diagnosis,
+                                          "terms": score.terms, "speedup_eager": score.speedup_eager}
+        return trace.info["kernel_judge"]
 
     @vf.reward
     async def kernel_judge(self, task: KernelTaskData, trace: vf.Trace) -> float:
-        score = await self._score(task, trace)
-        if score.infra_failure or score.reward is None:
-            raise JudgeUnavailable(f"{score.outcome.value}: {score.diagnosis}")
-        trace.info["kernel_judge_status"] = score.status
-        return score.reward
+        verdict = await self._verdict(task, trace)
+        if verdict["infra_failure"] or verdict["reward"] is None:
+            raise JudgeUnavailable(f"{verdict['outcome']}: {verdict['diagnosis']}")
+        return verdict["reward"]
 
     @vf.metric
     async def correct(self, task: KernelTaskData, trace: vf.Trace) -> float:
-        return 1.0 if (await self._score(task, trace)).status == "correct" else 0.0
+        return 1.0 if (await self._verdict(task, trace))["status"] == "correct" else 0.0
 
 
 class KernelTasksetConfig(vf.TasksetConfig):
