@@ -105,6 +105,7 @@ def _from_result(result: RewardResult) -> Score:
         outcome = Outcome.REFUSED
     elif result.status is None:
         outcome = Outcome.UNFINISHED
+        result = result.model_copy(update={"diagnosis": result.diagnosis or "not judged by the service's deadline"})
     elif result.status == "system_error":
         outcome = Outcome.SYSTEM_ERROR
     else:

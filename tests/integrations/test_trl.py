@@ -41,8 +41,9 @@ def _trainer(reward_funcs: list, tmp_path, n: int = 4) -> GRPOTrainer:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the first judged kernel is built on a shared 2-core machine: minutes under load
 def test_a_grpo_training_step_is_scored_by_the_judge(judge, tmp_path):
-    reward = KernelReward(url=judge.url, key=judge.key, deadline_s=300)
+    reward = KernelReward(url=judge.url, key=judge.key, deadline_s=600)
     assert not is_async_callable(reward)
     trainer = _trainer([reward], tmp_path)
     with JudgeClient(judge.url, judge.key) as client:
@@ -57,8 +58,9 @@ def test_a_grpo_training_step_is_scored_by_the_judge(judge, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the first judged kernel is built on a shared 2-core machine: minutes under load
 def test_the_trainers_reward_plumbing_carries_verdicts_and_outages(judge, tmp_path):
-    good = AsyncKernelReward(url=judge.url, key=judge.key, deadline_s=300, reward={"hack_penalty": -2.0})
+    good = AsyncKernelReward(url=judge.url, key=judge.key, deadline_s=600, reward={"hack_penalty": -2.0})
     dead = KernelReward(url=f"http://127.0.0.1:{free_port()}", key="k", task="kl_div", attempts=1)
     assert is_async_callable(good)  # TRL runs it on its own loop, beside the other async reward functions
     trainer = _trainer([good, dead], tmp_path)
@@ -77,8 +79,9 @@ def test_the_trainers_reward_plumbing_carries_verdicts_and_outages(judge, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the first judged kernel is built on a shared 2-core machine: minutes under load
 def test_plain_completions_and_extra_columns_as_trl_passes_them(judge):
-    reward = KernelReward(url=judge.url, key=judge.key, deadline_s=300)
+    reward = KernelReward(url=judge.url, key=judge.key, deadline_s=600)
     out = reward(prompts=["write a kernel"] * 2, completions=[HACK, PROSE], completion_ids=[[1], [2]],
                  task=["kl_div", "kl_div"], difficulty=["easy", "hard"], trainer_state=None)
     assert out == [-1.0, 0.0]

@@ -22,9 +22,10 @@ def _trace(task: KernelTask, reply: str) -> vf.Trace:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the first judged kernel is built on a shared 2-core machine: minutes under load
 def test_the_taskset_scores_rollouts_with_the_judge(judge):
     taskset = load_environment(url=judge.url, key=judge.key, tasks=["kl_div"], samples_per_task=2,
-                               reward={"hack_penalty": -2.0}, deadline_s=300)
+                               reward={"hack_penalty": -2.0}, deadline_s=600)
     assert isinstance(taskset, KernelTaskset) and type(taskset).task_type() is KernelTask
     tasks = list(taskset)
     assert [t.data.id for t in tasks] == ["kl_div-0", "kl_div-1"] and len({t.key for t in tasks}) == 2

@@ -62,8 +62,9 @@ def test_an_outage_scores_the_failure_score_and_says_so():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the first judged kernel is built on a shared 2-core machine: minutes under load
 def test_naive_batch_and_async_managers_get_the_judges_rewards(judge):
-    kwargs = {"url": judge.url, "key": judge.key, "deadline_s": 300}
+    kwargs = {"url": judge.url, "key": judge.key, "deadline_s": 600}
     rewards, extra = _naive_manager(verl.compute_score, kwargs)
     assert rewards[0] > 0.4 and rewards[1:] == [-1.0, 0.0]
     assert extra["status"] == ["correct", "policy_violation", "compile_error"]
