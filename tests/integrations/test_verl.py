@@ -1,9 +1,11 @@
 """veRL's reward functions against a real service and worker, called the way veRL's managers call them.
 
-veRL does not install on this CPU machine (it pins its own torch and GPU stack), so its callers are
-reproduced here from its source (volcengine/verl, 2025-12): the naive manager
+veRL is not installed beside TRL: verl 0.9.1 would keep torch but move transformers (5.24 to 5.10) and
+huggingface_hub (2.4 to 1.33) backwards and bring Ray, so its callers are reproduced here from its source
+(volcengine/verl, 2025-12): the naive manager
 (`verl/workers/reward_manager/naive.py`: one `compute_score(data_source=, solution_str=, ground_truth=,
-extra_info=)` per sample, the custom function's `reward_kwargs` bound with functools.partial, a dict's
+extra_info=)` per sample, the custom function's `reward_kwargs` merged into every call by
+`verl/trainer/ppo/reward.py::get_custom_reward_fn`, a dict's
 `score` taken as the reward and every key appended to `reward_extra_info`), the batch manager
 (`batch.py`: `compute_score(data_sources=, solution_strs=, ground_truths=, extra_infos=)`), and the reward
 loop (`verl/experimental/reward_loop`: `await compute_score(...)` per sample under `asyncio.wait_for`, with
