@@ -1,0 +1,117 @@
+"""Fixtures of the trainer-adapter tests: real judge services the adapters talk to over HTTP.
+
+`judge`: one API process and one worker for the module (SQLite: the adapters are HTTP clients, and both
+databases are covered by the service's own reward tests), judging on the CPU at the tasks' CPU size with
+the real sandbox and the session's shared build cache. `idle_judge`: an API process with no worker, so a
+reward call can only come back at its deadline. `dead_judge`: an API process whose database does not
+answer, so every reward call gets a 503 with Retry-After. All are real subprocesses, killed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service import crud
+from service.db.migrate import upgrade
+from service.db.session import Database
+from tests.service.conftest import ADMIN_KEY, CORPUS, CORRECT_KL_DIV, Proc, free_port, wait_api, wait_for
+
+CORRECT = CORRECT_KL_DIV.read_text()
+COMPLETION_OF_CORRECT = f"Here is my kernel.\n\n```python\n{CORRECT}```\nIt should be fast.\n"
+WRONG = (CORPUS / "cpu" / "kl_div_wrong_direction.py").read_text()
+HACK = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def forward(self, predictions, targets):
+        return F.kl_div(torch.log(predictions), targets, reduction="batchmean")
+'''
+"""Calls the reference operator: a policy violation, caught before anything is built."""
+PROSE = "I could not write the kernel."
+
+
+@dataclass
+class Judge:
+    url: str
+    key: str
+    procs: list[Proc]
+
+
+def _env(db_url: str, root: Path, **overrides: str) -> dict[str, str]:
+    return {**os.environ, "JUDGE_BUILD_ROOT": str(root / "builds"), "JUDGE_CACHE_ROOT": str(root / "cache"),
+            "DATABASE_URL": db_url, "JUDGE_DEVICES": "cpu", "JUDGE_COMPILE_WORKERS": "1", "JUDGE_LEASE_S": "30",
+            "JUDGE_POLL_S": "0.05", "JUDGE_TIMING_BUDGET_MS": "100", "JUDGE_TRIALS_PER_DISTRIBUTION": "1",
+            "JUDGE_ADMIN_KEY": ADMIN_KEY, "JUDGE_LOG_LEVEL": "INFO", **overrides}
+
+
+def _api(db_url: str, root: Path, log_dir: Path, **overrides: str) -> tuple[Proc, str]:
+    port = str(free_port())
+    argv = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--host", "127.0.0.1",
+            "--port", port]
+    proc = Proc(argv, _env(db_url, root, **overrides), log_dir / f"api-{port}.log")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _database(path: Path) -> tuple[str, str]:
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    database = Database(url)
+    with database.transaction() as session:
+        key = crud.create_key(session, "trainer")[1]
+    database.dispose()
+    return url, key
+
+
+@pytest.fixture(scope="module")
+def judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
+    tmp = tmp_path_factory.mktemp("judge")
+    url, key = _database(tmp / "judge.db")
+    api, base = _api(url, judge_root, tmp)
+    worker = Proc([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], _env(url, judge_root),
+                  tmp / "worker.log")
+    try:
+        wait_api(api, base)
+        yield Judge(base, key, [api, worker])
+    finally:
+        for proc in (worker, api):
+            proc.close()
+
+
+@pytest.fixture(scope="module")
+def idle_judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
+    tmp = tmp_path_factory.mktemp("idle")
+    url, key = _database(tmp / "idle.db")
+    api, base = _api(url, judge_root, tmp)
+    try:
+        wait_api(api, base)
+        yield Judge(base, key, [api])
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def dead_judge(judge_root: Path, tmp_path: Path) -> Iterator[Judge]:
+    """PostgreSQL on a port where nothing listens: the API starts, and answers 503 where it needs the database."""
+    port = free_port()
+    api, base = _api(f"postgresql+psycopg://postgres@127.0.0.1:{port}/none", judge_root, tmp_path)
+    try:
+        def answering() -> bool:
+            assert api.popen.poll() is None, api.output()
+            try:
+                return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(answering, 60, "the API to answer /healthz")
+        yield Judge(base, "kj_unknown", [api])
+    finally:
+        api.close()
