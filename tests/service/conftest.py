@@ -145,6 +145,21 @@ def spawn(db_url: str, judge_dirs: dict[str, str], tmp_path: Path) -> Iterator[C
         proc.close()
 
 
+class InProcessTransport(httpx.BaseTransport):
+    """An httpx transport that sends each request through a TestClient, so the project's own clients (built on
+    httpx) talk to the real app in-process. The TestClient's own transport cannot be lent to them: Starlette's
+    test client is built on its own HTTP library (httpx2 from Starlette 1.10), whose responses httpx refuses."""
+
+    def __init__(self, test_client: TestClient) -> None:
+        self.test_client = test_client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self.test_client.request(request.method, str(request.url), headers=request.headers.multi_items(),
+                                          content=request.read())
+        return httpx.Response(answer.status_code, headers=answer.headers.multi_items(), content=answer.content,
+                              request=request)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -23,12 +23,12 @@ from service.client import (
 from service.client.calls import RetryPolicy
 from service.core.config import Settings
 from service.main import create_app
-from tests.service.conftest import ROOT, free_port, new_key
+from tests.service.conftest import ROOT, InProcessTransport, free_port, new_key
 
 
 def _judge(test_client: TestClient, key: str | None = None, **kwargs: object) -> JudgeClient:
-    # The TestClient's transport runs the real app in-process: the client's own request and error code run.
-    return JudgeClient("http://testserver", key or "", transport=test_client._transport, **kwargs)
+    # The real app in-process: the client's own request and error code run.
+    return JudgeClient("http://testserver", key or "", transport=InProcessTransport(test_client), **kwargs)
 
 
 def test_typed_answers_and_error_tree(client, db):

@@ -9,6 +9,7 @@ from service.api.schemas import SubmissionCreate
 
 from service.db.session import Database
 from service.queue import claims as q
+from tests.service.conftest import InProcessTransport
 
 
 def judged(db: Database, who: str, model: str, status: Status, median_ms: float | None, device: str = "H100",
@@ -74,8 +75,6 @@ def test_bad_sort_is_422(client):
     assert client.get("/v1/leaderboard/kl_div?sort=random").status_code == 422
 
 
-
-
 def test_cli_leaderboard_by_model_shows_one_model_column(client, db, monkeypatch):
     from typer.testing import CliRunner
 
@@ -87,7 +86,7 @@ def test_cli_leaderboard_by_model_shows_one_model_column(client, db, monkeypatch
     judged(db, "bob", "m-70b", Status.CORRECT, 1.0)
     # The CLI's client, talking to the in-process app.
     monkeypatch.setattr(submissions, "client", lambda url, key: JudgeClient("http://testserver", "",
-                                                                            transport=client._transport))
+                                                                            transport=InProcessTransport(client)))
     runner = CliRunner()
     by_model = runner.invoke(app, ["leaderboard", "kl_div", "--by", "model"])
     assert by_model.exit_code == 0, by_model.output
