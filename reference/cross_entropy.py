@@ -191,7 +191,7 @@ TASK = Task(
     # official 32768x4096), so returning a constant passes 1e-2 on every trial.
     # tests/reference/test_tolerance.py shows it, and that the constant fails here.
     #
-    # Measured error of honest fp32 computations vs fp64 truth (scripts/measure_tolerance.py; worst
+    # Measured error of honest fp32 computations vs fp64 truth (scripts/gpu/measure_tolerance.py; worst
     # over 3 seeds). torch = the reference Model in fp32; block = a one-block-per-row kernel (max,
     # 256 strided sequential partial sums of exp(x - max), a tree, log, minus x[target], row losses
     # added one by one); naive = the same with each row summed left to right. Max relative error:

@@ -254,7 +254,7 @@ TASK = Task(
     ground_truth=ground_truth,
     # --- judging metadata ------------------------------------------------------------------------
     # The output is one scalar; y passes when |y - t| <= atol + rtol * |t| against fp64 truth t.
-    # Measured error of honest fp32 computations vs fp64 truth (scripts/measure_tolerance.py; worst
+    # Measured error of honest fp32 computations vs fp64 truth (scripts/gpu/measure_tolerance.py; worst
     # over 3 seeds, 2 at 16384x16384 on the CPU). torch = the reference Model in fp32; block = a
     # one-block-per-row kernel (256 strided sequential partial sums, a tree, then the row results added
     # one by one into one fp32 scalar, as an atomicAdd does); naive = each row summed left to right,

@@ -1,11 +1,11 @@
 """One batch through the service on one device or several, one worker process or several: the device-busy figures.
 
     # one worker (kernel-judge serve, its embedded worker), one GPU, then two GPUs; then one worker per GPU
-    python3 scripts/bench_multi_device.py run --devices cuda:0 --out results/one
-    python3 scripts/bench_multi_device.py run --devices cuda:0,cuda:1 --out results/two
-    python3 scripts/bench_multi_device.py run --devices cuda:0,cuda:1 --workers 2 \\
+    python3 scripts/bench/bench_multi_device.py run --devices cuda:0 --out results/one
+    python3 scripts/bench/bench_multi_device.py run --devices cuda:0,cuda:1 --out results/two
+    python3 scripts/bench/bench_multi_device.py run --devices cuda:0,cuda:1 --workers 2 \\
         --database-url postgresql+psycopg://postgres@127.0.0.1:5432/kj_multi --fresh-db --out results/two-workers
-    python3 scripts/bench_multi_device.py compare results/one results/two results/two-workers
+    python3 scripts/bench/bench_multi_device.py compare results/one results/two results/two-workers
 
 `run` starts the service as the README does (`kernel-judge serve`, whose embedded worker gets
 JUDGE_DEVICES=--devices; or, with --workers N, `kernel-judge serve --no-worker` and N `kernel-judge worker`
@@ -51,8 +51,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "service.cli.main"]
 ADMIN = "bench-multi-admin"
 META = re.compile(r"^(task|expect):\s*(\S+)", re.MULTILINE)

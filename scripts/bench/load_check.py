@@ -1,7 +1,7 @@
 """Load check: N concurrent clients submit M candidates; report POST latency and time until all are done.
 
-    .venv/bin/python scripts/load_check.py                     # 50 clients, 1000 submissions, SQLite
-    .venv/bin/python scripts/load_check.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python scripts/bench/load_check.py                     # 50 clients, 1000 submissions, SQLite
+    .venv/bin/python scripts/bench/load_check.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test
 
 It starts its own API (uvicorn) and worker processes on a fresh database (or uses --url and --key for a
 running service), submits `tests/corpus/cpu/kl_div_cpp_correct.py` (a trivial correct C++ candidate),
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CANDIDATE = ROOT / "tests" / "corpus" / "cpu" / "kl_div_cpp_correct.py"
 
 
@@ -86,7 +86,6 @@ def wait_done(base: str, ids: list[str], timeout: float) -> tuple[float, dict[st
 
 
 def start_service(args: argparse.Namespace, workdir: Path) -> tuple[str, str, list[subprocess.Popen]]:
-    sys.path.insert(0, str(ROOT))
     from service import crud
     from service.db.migrate import upgrade
     from service.db.session import Database
@@ -167,7 +166,7 @@ def main() -> int:
     print(f"""
 ### Load check ({time.strftime('%Y-%m-%d')})
 
-`scripts/load_check.py --clients {args.clients} --submissions {args.submissions}` on {os.cpu_count()} cores
+`scripts/bench/load_check.py --clients {args.clients} --submissions {args.submissions}` on {os.cpu_count()} cores
 ({platform.processor() or platform.machine()}), {db}, one uvicorn process, {args.workers} worker process(es),
 judge mode `{args.judge_mode}`{mode_note}.
 

@@ -1,6 +1,6 @@
 """End to end on a GPU machine: start the service as the README does, submit the fast kernels, time it.
 
-    source scripts/device_env.sh && python3 scripts/gpu_service_e2e.py --out results/
+    source scripts/gpu/device_env.sh && python3 scripts/bench/gpu_service_e2e.py --out results/
 
 Starts `kernel-judge serve` (API + embedded worker on every local GPU, SQLite) in a subprocess, mints a
 key, submits each candidate over HTTP, follows it until `done`, and reports the wall time from POST to
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CANDIDATES = [("kl_div", "tests/corpus/cuda/kl_div_fast.py"),
               ("cross_entropy", "tests/corpus/cuda/cross_entropy_fast.py")]
 
