@@ -35,6 +35,8 @@ from pathlib import Path
 import httpx
 from typing_extensions import Self
 
+from service.client import JudgeClient, JudgeError
+
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "cuda"
 CLI = [sys.executable, "-m", "service.cli.main"]
@@ -113,16 +115,11 @@ class UtilSampler:
 
 
 def wait_ready(base: str, server: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    with JudgeClient(base, key="") as judge:
         try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            raise SystemExit("the service did not become ready; see gpu_batch_serve.log")
-        time.sleep(0.5)
+            judge.wait_ready(timeout, alive=lambda: server.poll() is None)
+        except JudgeError as exc:
+            raise SystemExit(f"the service did not become ready ({exc}); see gpu_batch_serve.log") from None
 
 
 def device_held_s(base: str, rows: list[dict]) -> float:

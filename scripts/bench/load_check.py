@@ -28,6 +28,8 @@ from pathlib import Path
 
 import httpx
 
+from service.client import JudgeClient, JudgeError
+
 ROOT = Path(__file__).resolve().parents[2]
 CANDIDATE = ROOT / "tests" / "corpus" / "cpu" / "kl_div_cpp_correct.py"
 
@@ -111,16 +113,11 @@ def start_service(args: argparse.Namespace, workdir: Path) -> tuple[str, str, li
     procs += [subprocess.Popen([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], env=env,
                                cwd=ROOT) for _ in range(args.workers)]
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
+    with JudgeClient(base, key="") as judge:
         try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("the API did not start")
-        time.sleep(0.2)
+            judge.wait_ready(60, alive=lambda: all(p.poll() is None for p in procs))
+        except JudgeError as exc:
+            raise SystemExit(f"the API did not start ({exc})") from None
     return base, key, procs
 
 
