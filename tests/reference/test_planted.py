@@ -30,6 +30,8 @@ from scripts.experiments import predictability
 
 from .conftest import CPU, task_passes
 
+pytestmark = pytest.mark.slow  # shortcuts and estimators simulated over many seeds: minutes of CPU
+
 PLANTED = "planted"
 Shortcut = Callable[[torch.Tensor, torch.Tensor], float]
 

@@ -12,6 +12,8 @@ import pytest
 from sandbox import nvcc_split
 from scripts.bench import bench_build
 
+pytestmark = pytest.mark.slow  # a real ninja build
+
 NINJA = shutil.which("ninja")
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from scripts.experiments import measure_build_scaling
 
+pytestmark = pytest.mark.slow  # real g++ with a real precompiled header
+
 NINJA, GXX = shutil.which("ninja"), shutil.which("c++")
 
 

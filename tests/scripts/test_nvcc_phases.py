@@ -38,6 +38,7 @@ def test_a_file_without_a_kernel_is_refused(tmp_path):
         nvcc_phases.cuda_source(path)
 
 
+@pytest.mark.slow  # real nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_phases_are_timed_and_tabled(tmp_path, monkeypatch, capsys):
     path = tmp_path / "candidate.py"

@@ -15,6 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a real worker in a child process
+
 CHILD = r"""
 import os, signal, sys
 from service.core.config import Settings
