@@ -62,8 +62,8 @@ def stub_missing_modules() -> None:
 
 
 def child(kernelbench: Path, mode: str, task: str, candidate: Path, build_dir: Path) -> dict[str, Any]:
-    """One build or one evaluation, in this (fresh) process; returns what KernelBench returned."""
-    sys.path.insert(0, str(kernelbench / "src"))
+    """One build or one evaluation, in this (fresh) process, which has KernelBench's src/ on PYTHONPATH (run_child);
+    returns what KernelBench returned."""
     stub_missing_modules()
     from kernelbench import eval as kb_eval
 
@@ -87,10 +87,11 @@ def child(kernelbench: Path, mode: str, task: str, candidate: Path, build_dir: P
 
 def run_child(kernelbench: Path, mode: str, task: str, candidate: Path, build_dir: Path) -> dict[str, Any]:
     started = time.monotonic()
+    path = os.pathsep.join(p for p in (str(kernelbench / "src"), os.environ.get("PYTHONPATH")) if p)
     try:
         done = subprocess.run([sys.executable, __file__, "--child", mode, task, str(candidate), str(build_dir),
                                "--kernelbench", str(kernelbench)], capture_output=True, text=True,
-                              timeout=EVAL_TIMEOUT_S)
+                              timeout=EVAL_TIMEOUT_S, env={**os.environ, "PYTHONPATH": path})
     except subprocess.TimeoutExpired:
         return {"process_s": time.monotonic() - started, "error": f"did not finish in {EVAL_TIMEOUT_S} s"}
     wall = time.monotonic() - started
