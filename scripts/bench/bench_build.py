@@ -12,7 +12,7 @@ and the total:
     slim      the judge's default: that PCH, and for CUDA the .cu compiled against slim torch headers
               (sandbox/slim_headers.py); each build says whether its .cu built slim or fell back, and which
               PCH its main.cpp was built with
-    slim-full-main  slim, but main.cpp with the full PCH only (the judge before the subset PCH)
+    slim-full-main  slim, but main.cpp with the full PCH only (the judge with JUDGE_PCH_SUBSET=0)
     split     slim, and nvcc's two front ends side by side (sandbox/nvcc_split.py, under bubblewrap only)
 
 Each build's steps come from ninja's log (the .cu object, main.cpp, the link, what lies outside ninja) and,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session's measurements (issues 7, 8, 10, 12) as a job that outlives each device call.
+# Measurement stages on a GPU machine, run as one job that outlives each device call.
 #
 # A device call may run 10 minutes, the machine stays warm only 30 s after it (the next `collect` must follow at
 # once: a later call gets a fresh machine and the running stages are lost), and a fresh machine spends minutes
@@ -160,7 +160,7 @@ run_stages() {
                         --json "$out/spares/spare-overlap.json" ;;
             tolerance) stage tolerance python3 scripts/gpu/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
             build)  # fresh CUDA builds, 8 at once: the judge's default (PCH with main.cpp's subset first, slim .cu
-                    # headers), then the same with the full PCH only (the judge before the subset), on one machine;
+                    # headers), then the same with the full PCH only (JUDGE_PCH_SUBSET=0), on one machine;
                     # one build root, so the PCH is built once
                 stage build-slim python3 scripts/bench/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes slim \
                     --root /tmp/bench-build --json "$out/build-slim/bench_build_cuda_slim.json"
