@@ -191,7 +191,7 @@ TASK = Task(
     # official 32768x4096), so returning a constant passes 1e-2 on every trial.
     # tests/reference/test_tolerance.py shows it, and that the constant fails here.
     #
-    # Measured error of honest fp32 computations vs fp64 truth (scripts/measure_tolerance.py; worst
+    # Measured error of honest fp32 computations vs fp64 truth (scripts/gpu/measure_tolerance.py; worst
     # over 3 seeds). torch = the reference Model in fp32; block = a one-block-per-row kernel (max,
     # 256 strided sequential partial sums of exp(x - max), a tree, log, minus x[target], row losses
     # added one by one); naive = the same with each row summed left to right. Max relative error:
@@ -215,7 +215,7 @@ TASK = Task(
     #     65536x1000    block / naive   1.9e-06    5.3e-06       3.1e-06    5.4e-06
     #     1000x4095     block / naive   5.5e-07    5.5e-07       7.7e-07    1.2e-06
     #   (torch fp32 stays <= 1.7e-7 at every shape and distribution, CPU and H100.)
-    #   planted (added for issue 7; CPU, torch 2.13, 3 seeds, 2026-11-23; not yet measured on a GPU):
+    #   planted (CPU, torch 2.13, 3 seeds, 2026-11-23; not yet measured on a GPU):
     #     128x256       torch 1.0e-07   block 1.4e-07   naive 1.4e-07
     #   (tests/reference/test_planted.py: the fp32 reference and a one-by-one fp32 sum of row losses stay
     #   under 2e-7 at 1024x4096 too): the planted rows' large losses do not worsen honest error.

@@ -254,7 +254,7 @@ TASK = Task(
     ground_truth=ground_truth,
     # --- judging metadata ------------------------------------------------------------------------
     # The output is one scalar; y passes when |y - t| <= atol + rtol * |t| against fp64 truth t.
-    # Measured error of honest fp32 computations vs fp64 truth (scripts/measure_tolerance.py; worst
+    # Measured error of honest fp32 computations vs fp64 truth (scripts/gpu/measure_tolerance.py; worst
     # over 3 seeds, 2 at 16384x16384 on the CPU). torch = the reference Model in fp32; block = a
     # one-block-per-row kernel (256 strided sequential partial sums, a tree, then the row results added
     # one by one into one fp32 scalar, as an atomicAdd does); naive = each row summed left to right,
@@ -305,7 +305,7 @@ TASK = Task(
     # ~4e-4 is next, every other loss is >= 0.01 and its rtol term >= 1e-5). There the terms t log(t / p) are
     # ~noise * t of either sign and sum to ~noise^2 / 2, so an honest fp32 error that is relative to the
     # terms is large relative to the loss: up to 3.6e-3, 2.3e-8 absolute, for fp32 row sums (table above). So
-    # rtol alone would fail honest kernels there, and atol 1e-6 (its value until issue 25) would pass
+    # rtol alone would fail honest kernels there, and an atol of 1e-6 would pass
     # anything within 1e-6 of a 1e-5 loss, 0 included. atol 3e-7 is ~13x the worst honest absolute error
     # measured, while the wrong answers it must catch are far outside it: returning 0 is off by the loss
     # (4.5e-6 or more, >= 15x), logarithms rounded to bf16 by hundreds of tolerances at every shape

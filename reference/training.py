@@ -81,7 +81,7 @@ def _cross_entropy_magnitude(inputs: list[torch.Tensor], start: int, stop: int, 
 # gradient is softmax - 1, a difference of terms of size ~1: where the target dominates its row the truth
 # is tiny, but fp32's error is that of the softmax, ~|x - lse| * 2^-24).
 #
-# Measured error of honest fp32 gradients vs fp64 truth (scripts/measure_tolerance.py --gradient; worst
+# Measured error of honest fp32 gradients vs fp64 truth (scripts/gpu/measure_tolerance.py --gradient; worst
 # element over every distribution, `planted` included, 2 seeds each; CPU x86, torch 2.13, 2026-11-23; not
 # yet measured on a GPU). torch = autograd of the reference Model in fp32 (loss.backward(scale)); closed =
 # the closed form as a kernel writes it (kl_div -(t / p) * (scale / B); cross_entropy (exp(x - max) / sum -

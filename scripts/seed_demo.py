@@ -15,7 +15,7 @@ What is real and what is derived (nothing here is invented timing):
   days so the best-time plot has steps). One kernel is sent under three model names (the leaderboard folds it
   into one entry) and one verdict is marked as judged under `unshare` (listed apart, unranked).
 
-`insert` is reused by scripts/bench_pages.py.
+`insert` is reused by scripts/bench/bench_pages.py.
 """
 
 from __future__ import annotations
@@ -29,15 +29,14 @@ import re
 import sys
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
+from service.db.migrate import upgrade
+from service.db.models import ApiKey, Batch, Job, Submission, VerdictRow, new_id
+from service.db.session import Database
+from service.queue.states import JobState
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sqlalchemy.orm import Session  # noqa: E402
-
-from service.db.migrate import upgrade  # noqa: E402
-from service.db.models import ApiKey, Batch, Job, Submission, VerdictRow, new_id  # noqa: E402
-from service.db.session import Database  # noqa: E402
-from service.queue.states import JobState  # noqa: E402
 
 VERDICTS = ROOT / "docs" / "results" / "verdicts-h100-hostile-2026-11-22.json"
 START = dt.datetime(2026, 11, 19, 9, 0)

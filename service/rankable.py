@@ -118,7 +118,7 @@ def _rankable(task: str) -> tuple:
 
 
 def fetch_query(task: str, above: int = 0):  # noqa: ANN201 - a SQLAlchemy Select
-    """The task's rankable rows with an id above `above` (scripts/bench_pages.py prints its plan)."""
+    """The task's rankable rows with an id above `above` (scripts/bench/bench_pages.py prints its plan)."""
     return (select(VerdictRow.id, VerdictRow.device_name, Submission.submitter, Submission.model,
                    Submission.id, Submission.created_at, VerdictRow.median_ms, VerdictRow.q25_ms, VerdictRow.q75_ms,
                    VerdictRow.speedup_eager, VerdictRow.speedup_compile, VerdictRow.speed_of_light,

@@ -8,8 +8,8 @@ The rules, in the order they apply (each is a reason a verdict does or does not 
    or tampering outside the child, so it is listed apart, unranked, with its mechanism shown.
 3. Unless asked (`extra_failures=True`), a verdict that failed any of the task's extra shapes is left out:
    it is a kernel that only works at the official size.
-4. One entry per distinct code per GPU model. The same code sent under three model names used to take 1st,
-   2nd and 3rd place on timing noise alone. The key is the sha256 of the code the judge ran (after extraction
+4. One entry per distinct code per GPU model. Otherwise the same code sent under three model names would take
+   1st, 2nd and 3rd place on timing noise alone. The key is the sha256 of the code the judge ran (after extraction
    from a completion), so the same kernel wrapped in different prose is one entry. Each code keeps its FIRST
    verdict on that GPU model, not its best: keeping the best of n judgings of the same code rewards
    resubmitting until noise gives a lucky time (the best of n draws is biased low), while the first is an

@@ -3,6 +3,11 @@
 `db_url` is parametrised over both back ends. SQLite: a fresh file per test. PostgreSQL: one fresh
 database per test session on 127.0.0.1:5432 (JUDGE_TEST_PG_URL overrides the server), migrated once,
 emptied before each test, dropped at the end.
+
+The `slow` marker is given by what a test uses: any test that needs one of SLOW_FIXTURES (directly or through
+another fixture) is marked here, so `pytest -m "not slow"` leaves out real builds, sandboxed children, servers,
+workers and browsers without anyone marking tests by hand; modules that start such things without a fixture say
+`pytestmark = pytest.mark.slow` themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +21,18 @@ import pytest
 
 PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "batches", "api_keys", "workers")
+SLOW_FIXTURES = frozenset({
+    "db_url",  # a freshly migrated database per test, on SQLite and on the PostgreSQL server
+    "judge_root",  # the shared build and baseline caches: every user builds candidates or runs the judge's children
+    "spawn", "live_api",  # real worker and API processes (tests/service/conftest.py)
+    "site", "browser", "page",  # a served site and the chromium that reads it (tests/web/conftest.py)
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def _psycopg_dsn(url: str) -> str:

@@ -1,6 +1,6 @@
 """The CUDA corpus against the judge's input distributions (issue 25): errors per distribution, times on planted.
 
-Three stages, on a GPU machine, from the repository root with PYTHONPATH=. :
+Three stages, on a GPU machine, from the repository root after `source scripts/gpu/device_env.sh`:
 - `compile`: builds every listed corpus file in its own process, 8 at once (load_inline at import), into
   TORCH_EXTENSIONS_DIR, so that the next stages only load them;
 - `errors SEEDS [FILES]`: each file's ModelNew on every distribution of its task at the official shape, the

@@ -1,6 +1,6 @@
 """A burst on a fresh `kernel-judge serve` (issue 24): every verdict, the time to the last one, and device holds.
 
-    source scripts/device_env.sh && python3 scripts/gpu/burst.py --count 64 --out results/burst
+    source scripts/gpu/device_env.sh && python3 scripts/gpu/burst.py --count 64 --out results/burst
     python3 scripts/gpu/burst.py --device cpu --count 6 --out /tmp/burst    # the same on the CPU corpus
 
 On a fresh H100 host, 32 submissions POSTed at once got 8 jobs claimed and no verdict for 8 minutes. This starts
@@ -10,7 +10,7 @@ is sent before any answer is awaited), follows each to its verdict and writes bu
 
 - the time from the burst to the last verdict;
 - every candidate's verdict against the one its corpus file declares (`expect:`);
-- the device holds (service.observability.timeline, the same code as scripts/bench_multi_device.py): each
+- the device holds (service.observability.timeline, the same code as scripts/bench/bench_multi_device.py): each
   device's busy fraction over the burst and over its device stage, device seconds per candidate, the longest hold
   of each candidate, and the holds longer than the slowest honest (`expect: correct`, judged correct) one.
 

@@ -1,10 +1,10 @@
 """Requests that wait for verdicts wake when one is stored, instead of at their next poll.
 
-`GET /v1/submissions/{id}/events` polled the database every `sse_poll_s` (0.5 s) and `POST /v1/rewards` every
-`rewards_poll_s` (0.25 s), so a verdict reached its waiting client an eighth to a quarter of a second late on
-average. The worker's transaction that stores a verdict now announces it (service/queue/wakeup.py, channel
+Polling alone (`GET /v1/submissions/{id}/events` every `sse_poll_s`, 0.5 s; `POST /v1/rewards` every
+`rewards_poll_s`, 0.25 s) would bring a verdict to its waiting client an eighth to a quarter of a second late on
+average. So the worker's transaction that stores a verdict announces it (service/queue/wakeup.py, channel
 `DONE`, payloads `s:<submission id>` and `b:<batch id>`); one listener per API process hands each announcement
-to the event loop, which wakes the requests waiting for that key. They then read the database as before: the
+to the event loop, which wakes the requests waiting for that key. They then read the database as a poll does: the
 announcement says only where to look, and the poll stays for what is not announced (stage changes, a
 cancelled batch) and for an announcement lost in an outage.
 """

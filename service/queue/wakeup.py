@@ -1,13 +1,13 @@
 """Wake whoever waits on the database the moment it changes, instead of at their next poll.
 
-An idle worker claims on a timer (`Settings.poll_s`, 0.5 s), so a submission posted to it waited a quarter of a
-second on average before its build was even looked up: 0.3-0.4 s of a 3.1-3.5 s resubmission on the H100
-(2026-11-25, `docs/benchmarks.md`). A transaction that queues jobs now says so (`announce`), and every worker
-listening (`Listener`) wakes when it commits.
+An idle worker claims on a timer (`Settings.poll_s`, 0.5 s), so on the timer alone a submission posted to it
+would wait a quarter of a second on average before its build was even looked up: 0.3-0.4 s of a 3.1-3.5 s
+resubmission on the H100 (2026-11-25, `docs/benchmarks.md`). So a transaction that queues jobs says so
+(`announce`), and every worker listening (`Listener`) wakes when it commits.
 
 The same carries verdicts the other way: the worker's transaction that stores a verdict announces it on the
 `DONE` channel (the submission's id, and its batch's), and the API processes wake the event streams and
-`POST /v1/rewards` calls waiting for it (service/api/verdict_waits.py), which polled every 0.5 and 0.25 s.
+`POST /v1/rewards` calls waiting for it (service/api/verdict_waits.py) instead of at their next poll.
 
 A wake-up is a hint, never a claim: the worker still claims through `service.queue.claims` with its leases,
 and keeps polling, so a lost or missing wake-up costs only the old latency, and a wake-up with nothing left to

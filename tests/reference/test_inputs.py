@@ -40,6 +40,7 @@ def test_same_seed_same_bits_other_seed_other_values(task: Task, distribution: s
     assert not torch.equal(a[0], c[0]) and not torch.equal(a[1], c[1])
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_bit_identical_in_another_process() -> None:
     # The trusted parent and the sandboxed child each regenerate the inputs from the seed.
     script = (

@@ -64,6 +64,7 @@ def test_partners_share_the_targets_bit_for_bit_and_nothing_else(task: Task) -> 
         assert not torch.equal(first[0], second[0]), "the predictions must be fresh"
 
 
+@pytest.mark.slow  # many pairs of inputs at a few thousand columns
 @pytest.mark.parametrize("task", task_params())
 def test_an_answer_from_the_targets_alone_fails_one_of_each_pair(task: Task) -> None:
     """The best any function of the targets can do for a pair is one value for both truths. The truths of a pair
@@ -80,6 +81,7 @@ def test_an_answer_from_the_targets_alone_fails_one_of_each_pair(task: Task) -> 
     assert sorted(apart)[len(apart) // 2] > 20, apart
 
 
+@pytest.mark.slow  # six pairs of planted inputs through an estimating kernel: seconds of CPU each
 def test_the_issues_kernel_fails_planted_pairs() -> None:
     """The issue's kernel, all targets and 0.1% of the predictions (here: the rest as the read cells' mean ratio
     to the targets), fails both trials of nearly every pair."""

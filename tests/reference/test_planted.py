@@ -18,23 +18,22 @@ least 95% of them. The official-shape figures (64 seeds, the margins) are in doc
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import statistics
-import sys
-from pathlib import Path
 from typing import Callable
 
 import pytest
 import torch
 
 from reference import OFFICIAL, Task, TaskId, get_task
+from scripts.experiments import predictability
 
 from .conftest import CPU, task_passes
 
+pytestmark = pytest.mark.slow  # shortcuts and estimators simulated over many seeds: minutes of CPU
+
 PLANTED = "planted"
 Shortcut = Callable[[torch.Tensor, torch.Tensor], float]
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / "predictability.py"
 
 
 def _kl_rows(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -161,17 +160,6 @@ def test_the_shortcuts_are_real_attacks_on_official_inputs(key: tuple[TaskId, st
 
 # --- one input whole, a fraction of the other ------------------------------------------------------------------
 
-def _predictability():
-    """scripts/experiments/predictability.py as a module (scripts are not a package)."""
-    name = "predictability_experiment"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 ESTIMATED = {
     # (task, input read whole) -> (shape, seeds): small, with the official per-row structure.
     ("kl_div", "targets"): ((128, 2048), 3),
@@ -182,7 +170,7 @@ ESTIMATED = {
 
 @functools.cache
 def _estimated(key: tuple[str, str], distribution: str) -> dict:
-    module = _predictability()
+    module = predictability
     shape, seeds = ESTIMATED[key]
     return module.simulate(module.READERS[key], distribution, shape, range(seeds), CPU, fractions=(0.001, 0.1))
 

@@ -90,6 +90,7 @@ KL_BF16 = {
 }
 
 
+@pytest.mark.slow  # every honest arrangement and rounding, every shape and seed
 def test_near_identical_inputs_fail_bf16_logarithms_and_pass_fp32() -> None:
     """Every honest fp32 arrangement passes with a wide margin on every shape and seed. Logarithms rounded to bf16
     err by a random amount (a sum of roundings of either sign): far outside in the median, and outside on
@@ -140,7 +141,8 @@ def _kl_half(p: torch.Tensor, t: torch.Tensor) -> float:
     return float(torch.where(g > 0, g * (g.log() - h.log()), 0.0).double().sum() / p.shape[0])
 
 
-@pytest.mark.parametrize("shape", [(64, 512), (1000, 37), (4, 8195), (256, 4096)], ids=str)
+@pytest.mark.parametrize("shape", [(64, 512), (1000, 37), (4, 8195),
+                                   pytest.param((256, 4096), marks=pytest.mark.slow)], ids=str)  # the largest: seconds
 def test_sparse_inputs_follow_the_reference_convention_and_break_shortcuts(shape) -> None:
     task = get_task("kl_div")
     model = task.model_cls()

@@ -19,10 +19,14 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from sandbox import Status, build_accel, build_hooks, judge
 from sandbox.pipeline import PreparedCandidate, prepare
 
 from .conftest import CORPUS
+
+pytestmark = pytest.mark.slow  # real g++ and bubblewrap builds
 
 CORRECT = CORPUS / "cpu" / "kl_div_cpp_correct.py"  # extra_cflags=["-O2"]
 

@@ -25,6 +25,8 @@ from sandbox.isolation import Limits, SandboxSpec
 
 from .conftest import CORPUS, corpus_meta
 
+pytestmark = pytest.mark.slow  # a real server under bubblewrap, in a job cgroup
+
 HERE = Path(__file__).resolve().parent
 LIMITS = Limits(wall_s=60, memory_bytes=512 << 20, max_pids=64, output_bytes=64 << 10, tmp_bytes=8 << 20,
                 file_size_bytes=4 << 20)

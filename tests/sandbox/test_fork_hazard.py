@@ -29,6 +29,8 @@ import pytest
 from sandbox import baseline, isolation
 from sandbox.isolation import Limits, SandboxSpec
 
+pytestmark = pytest.mark.slow  # real worker threads starting real children
+
 REPO = Path(__file__).resolve().parents[2]
 LIMITS = Limits(wall_s=30, memory_bytes=512 << 20, max_pids=64, output_bytes=64 << 10, tmp_bytes=8 << 20,
                 file_size_bytes=4 << 20)

@@ -25,6 +25,8 @@ from sandbox import timing
 from sandbox.timing import DeviceClock, time_cpu_batch
 from sandbox.window import Keeper, changed_after, gradient_changed_after
 
+pytestmark = pytest.mark.slow  # each scenario runs in a fresh interpreter
+
 ROOT = Path(__file__).resolve().parents[2]
 CHILDREN = Path(__file__).parent / "children"
 

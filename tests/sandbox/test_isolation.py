@@ -24,6 +24,8 @@ from sandbox import isolation
 from sandbox.config import JudgeConfig
 from sandbox.isolation import Limits, SandboxSpec
 
+pytestmark = pytest.mark.slow  # every test starts real sandboxed children
+
 ALL = ["bwrap", "unshare", "none"]
 NAMESPACED = ["bwrap", "unshare"]
 LIMITS = Limits(wall_s=30, memory_bytes=512 << 20, max_pids=64, output_bytes=64 << 10, tmp_bytes=8 << 20,

@@ -19,6 +19,8 @@ from sandbox import Status, judge
 from sandbox.config import JudgeConfig
 from sandbox.no_build import pending_steps
 
+pytestmark = pytest.mark.slow  # real ninja builds
+
 CANDIDATES = Path(__file__).resolve().parent / "candidates"
 
 NINJA_FILE = """rule copy

@@ -19,7 +19,8 @@ from sandbox import isolation, nvcc_split
 from sandbox.isolation import SandboxSpec
 
 NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")  # installed on every machine that runs CI
+pytestmark = [pytest.mark.skipif(NVCC is None, reason="needs nvcc"),  # installed on every machine that runs CI
+              pytest.mark.slow]  # real nvcc compiles
 TOOLKIT = str(Path(NVCC).resolve().parent.parent) if NVCC else ""
 DEPS = ["--generate-dependencies-with-compile", "--dependency-output"]  # as torch's build.ninja runs nvcc
 KERNEL = """

@@ -22,6 +22,8 @@ import torch.utils.cpp_extension as ext
 from sandbox import build_advice, build_hooks, compile as build, slim_headers
 from sandbox.config import JudgeConfig
 
+pytestmark = pytest.mark.slow  # real nvcc and ninja builds
+
 DRIVER = Path(__file__).resolve().parent / "children" / "build_objects.py"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 

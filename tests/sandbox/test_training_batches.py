@@ -12,6 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real children judging training batches
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).parent / "children" / "drive_training_batch.py"
 

@@ -1,19 +1,18 @@
-"""scripts/bench_build.py: each build's steps, read from the ninja log a real ninja writes."""
+"""scripts/bench/bench_build.py: each build's steps, read from the ninja log a real ninja writes."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import bench_build  # noqa: E402
+from sandbox import nvcc_split
+from scripts.bench import bench_build
 
-from sandbox import nvcc_split  # noqa: E402
+pytestmark = pytest.mark.slow  # a real ninja build
 
 NINJA = shutil.which("ninja")
 

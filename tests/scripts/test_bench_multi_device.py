@@ -1,4 +1,4 @@
-"""scripts/bench_multi_device.py's accounts of finished runs: where a run's held seconds went, and the comparison
+"""scripts/bench/bench_multi_device.py's accounts of finished runs: where a run's held seconds went, and the comparison
 of runs that issue 13 reads (device stage against the one-GPU run, identical verdicts, per-card medians).
 
 The run.json files are written here in the shape `run` writes them; the runs themselves need the service and a
@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import bench_multi_device  # noqa: E402
+from scripts.bench import bench_multi_device
 
 
 def _candidate(file: str, status: str, lane: str | None, median: float | None = None, *, duplicate: bool = False,

@@ -1,4 +1,5 @@
-"""scripts/measure_build_scaling.py: ninja's own command for a step, rerun in copies, and g++'s word on the PCH.
+"""scripts/experiments/measure_build_scaling.py: ninja's own command for a step, rerun in copies, and g++'s word
+on the PCH.
 
 Real ninja, real g++ with a real precompiled header; the build directory is laid out as the build child leaves it
 (commands naming the sandbox's /build).
@@ -8,13 +9,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import measure_build_scaling  # noqa: E402
+from scripts.experiments import measure_build_scaling
+
+pytestmark = pytest.mark.slow  # real g++ with a real precompiled header
 
 NINJA, GXX = shutil.which("ninja"), shutil.which("c++")
 

@@ -1,18 +1,9 @@
-"""scripts/measure_spare_start.py: how it reads a child's PYTHONPROFILEIMPORTTIME output (the GPU run's figures
-come from it) and its bytecode rows."""
+"""scripts/experiments/measure_spare_start.py: how it reads a child's PYTHONPROFILEIMPORTTIME output (the GPU
+run's figures come from it) and its bytecode rows."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "measure_spare_start.py"
-spec = importlib.util.spec_from_file_location("measure_spare_start", SCRIPT)
-assert spec is not None and spec.loader is not None
-measure = importlib.util.module_from_spec(spec)
-sys.modules["measure_spare_start"] = measure
-spec.loader.exec_module(measure)
+from scripts.experiments import measure_spare_start as measure
 
 STDERR = """\
 import time: self [us] | cumulative | imported package

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from service import crud
+from service.client import JudgeClient, JudgeError
 from service.core.config import Settings
 from service.db.session import Database
 from service.main import create_app
@@ -166,17 +166,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_api(proc: Proc, base: str) -> None:
+def wait_api(proc: Proc, base: str, timeout: float = 60) -> None:
     """Wait until the API process at `base` answers /readyz (failing at once if it died)."""
-
-    def up() -> bool:
-        assert proc.popen.poll() is None, proc.output()
+    with JudgeClient(base, key="") as judge:
         try:
-            return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(up, 60, "the API to answer /readyz")
+            judge.wait_ready(timeout, alive=lambda: proc.popen.poll() is None)
+        except JudgeError as exc:
+            pytest.fail(f"{exc}\n{proc.output()}")
 
 
 @pytest.fixture

@@ -105,7 +105,7 @@ def test_serve_runs_api_and_worker_and_stops_both(tmp_path, judge_dirs):
     import signal
     from pathlib import Path
 
-    from tests.service.conftest import ADMIN_KEY, Proc, free_port
+    from tests.service.conftest import ADMIN_KEY, Proc, free_port, wait_api
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -114,14 +114,7 @@ def test_serve_runs_api_and_worker_and_stops_both(tmp_path, judge_dirs):
     serve = Proc([sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)], env, tmp_path / "serve.log")
     base = f"http://127.0.0.1:{port}"
     try:
-        def ready() -> bool:
-            assert serve.popen.poll() is None, serve.output()
-            try:
-                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(ready, 120, "serve to answer")
+        wait_api(serve, base, 120)
         assert (tmp_path / "data" / "judge.db").exists()
         key = httpx.post(f"{base}/v1/keys", json={"submitter": "bob"},
                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()["key"]

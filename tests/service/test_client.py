@@ -107,6 +107,7 @@ def test_async_client_against_the_app(settings, db):
     assert missing.status_code == 404
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 def test_no_server_means_exit_3_and_a_clear_line():
     url = f"http://127.0.0.1:{free_port()}"  # bound, then released: nothing listens there
     with pytest.raises(JudgeUnreachable):

@@ -33,6 +33,8 @@ from service.db.session import Database
 from service.main import create_app
 from tests.service.conftest import ADMIN_KEY, new_key
 
+pytestmark = pytest.mark.slow  # minutes of fuzzing on both databases
+
 EXAMPLES = int(os.environ.get("JUDGE_FUZZ_EXAMPLES", "8"))
 ADMIN_PATHS = ("/v1/keys", "/v1/admin")
 """Operations that take the admin key instead of an API key."""

@@ -33,6 +33,8 @@ from tests.service.test_batches import CORRECT, jsonl, post_batch, verdict
 from tests.service.test_schemathesis import EXAMPLES
 
 
+pytestmark = pytest.mark.slow  # fuzzing on both databases
+
 @pytest.fixture
 def fuzz_client(db_url: str) -> Iterator[TestClient]:
     settings = Settings(database_url=db_url, admin_key=ADMIN_KEY, rate_limit_per_minute=1e6,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts real `serve` and `worker` processes
+
 REPO = Path(__file__).resolve().parents[2]
 
 

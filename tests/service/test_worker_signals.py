@@ -2,8 +2,8 @@
 
 Python runs a signal handler in the main thread between two bytecodes, so the handler can interrupt code that
 holds a lock: the claim loop is often inside `threading.Event.wait` or `clear` of its wake-up Event, which hold
-that Event's lock. The handler used to stop the worker itself, setting that Event, and so waited for a lock its own
-thread held. Seen in the drill test_drills.py::test_a_killed_serve_lets_its_worker_finish_the_running_job: `serve`
+that Event's lock. A handler that stops the worker itself sets that Event, and so waits for a lock its own thread
+holds. Seen in the drill test_drills.py::test_a_killed_serve_lets_its_worker_finish_the_running_job: `serve`
 SIGKILLed, the worker's executor thread finished the job and stored `correct`, but the main thread hung in the
 handler (its stack: the handler, then Condition.__enter__) and the worker never exited. Here the lock is held on
 purpose while the signal comes, in a child process, so a deadlock is a timeout, not a hung test run.
@@ -14,6 +14,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a real worker in a child process
 
 CHILD = r"""
 import os, signal, sys

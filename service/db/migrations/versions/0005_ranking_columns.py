@@ -10,7 +10,7 @@ rows per ranking) inside the database or in Python; these columns are filled at 
 (`service.db.models.ranking_columns`) and backfilled here for existing rows.
 
 No new index: on PostgreSQL the ranking query reads every correct verdict of the task (half the table in
-scripts/bench_pages.py), where a sequential scan beats any index; EXPLAIN ANALYZE showed an index on
+scripts/bench/bench_pages.py), where a sequential scan beats any index; EXPLAIN ANALYZE showed an index on
 (task_id, status, device_name, source_sha256, created_at) unused. The cache in service/ranking.py is what
 keeps pages fast.
 """

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run here (with network), before a GPU run: fetch what the bare GPU image lacks into the ignored folders
-# that the device call carries (carry: [".whl", ".debs", ".kernelbench"]); scripts/device_env.sh installs them there.
+# that the device call carries (carry: [".whl", ".debs", ".kernelbench"]); scripts/gpu/device_env.sh installs them there.
 # The image has torch, ninja, httpx and numpy, but not pydantic, FastAPI, SQLAlchemy or bubblewrap.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rm -rf .whl .debs && mkdir -p .whl .debs
 # With their dependencies, resolved for the image's CPython 3.12 (fastapi needs opentelemetry-api, say).
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -13,7 +13,7 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
 # Liger-Kernel (pure Python over Triton, which the image has): the fused-loss reference rows (issues 10, 12).
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl 'liger-kernel>=0.5'
 (cd .debs && apt-get download bubblewrap)
-# KernelBench's own evaluation, for scripts/kernelbench_side_by_side.py (not vendored: its src/ and the two level-1
+# KernelBench's own evaluation, for scripts/bench/kernelbench_side_by_side.py (not vendored: its src/ and the two level-1
 # problems, exported from a clone; KERNELBENCH_GIT: a local git directory or a URL).
 kernelbench=${KERNELBENCH_GIT:-https://github.com/ScalingIntelligence/KernelBench}
 paths=(src/kernelbench KernelBench/level1/95_CrossEntropyLoss.py KernelBench/level1/98_KLDivLoss.py)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session's measurements (issues 7, 8, 10, 12) as a job that outlives each device call.
+# Measurement stages on a GPU machine, run as one job that outlives each device call.
 #
 # A device call may run 10 minutes, the machine stays warm only 30 s after it (the next `collect` must follow at
 # once: a later call gets a fresh machine and the running stages are lost), and a fresh machine spends minutes
@@ -7,8 +7,8 @@
 # device tool leaves running between calls), and each call only starts it or waits on it and brings back what it
 # has written so far. On the GPU machine, from the repository root (carry: [".whl", ".debs", ".kernelbench"]):
 #
-#   bash scripts/gpu_session.sh start [STAGE...]   # copy the tree to /tmp/session/repo, start the stages, collect
-#   bash scripts/gpu_session.sh collect SECONDS    # wait up to SECONDS for the stages to end; pack them into $OUT
+#   bash scripts/gpu/gpu_session.sh start [STAGE...]   # copy the tree to /tmp/session/repo, start the stages, collect
+#   bash scripts/gpu/gpu_session.sh collect SECONDS    # wait up to SECONDS for the stages to end; pack them into $OUT
 #
 # Stages, in order of what matters most (default: all but recheck): burst (issue 24: 64 mixed candidates POSTed
 # at once to a fresh serve, scripts/gpu/burst.py), recheck (the files in $RECHECK only, judged
@@ -18,14 +18,14 @@
 # study), e2e (the service end to end, each fast kernel submitted three times: resubmissions of an identical source), judge-one (warm, one spare), judge-ctx (warm, the spares' context created at their start), independent (do_bench and Liger beside the judge's medians), kernelbench
 # (KernelBench's own evaluation of the same files), tolerance (the gradient tolerance), build (fresh CUDA builds: the judge's default, then with
 # main.cpp on the full PCH only), build-split (with nvcc split in two lanes), build-plain (torch's own build),
-# spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/measure_spare_overlap.py),
+# spares (a spare's start and end, and what they perturb beside a timed kernel: scripts/experiments/measure_spare_overlap.py),
 # judge-nolead (the correct fast kernels without the timing lead), spare-start (where a spare's CPU-only start
-# goes: scripts/measure_spare_start.py; scripts/device_env.sh has compiled the bytecode caches by then),
+# goes: scripts/experiments/measure_spare_start.py; scripts/gpu/device_env.sh has compiled the bytecode caches by then),
 # slim-coverage (which corpus .cu files build against the slim torch headers, and whether their device code equals
-# that of the full headers: scripts/slim_header_coverage.py).
+# that of the full headers: scripts/experiments/slim_header_coverage.py).
 # multi (issue 13, on a two-GPU kind): the same batch on one GPU, two GPUs in one worker, two workers with one GPU each;
-# then, here: scripts/bench_multi_device.py compare on the three run folders.
-# device-baselines (a two-GPU kind): scripts/check_device_baselines.py, bandwidth and eager time measured on each card.
+# then, here: scripts/bench/bench_multi_device.py compare on the three run folders.
+# device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
 SESSION=/tmp/session
@@ -63,7 +63,7 @@ json.dump(a, open(sys.argv[1], "w"))' "$1" "$2"
 
 run_stages() {
     cd "$SESSION/repo" || exit 1
-    source scripts/device_env.sh
+    source scripts/gpu/device_env.sh
     local out=$SESSION/out
     # What the independent and KernelBench stages compare with: the verdicts of a carried acceptance run, with
     # this run's acceptance and recheck verdicts merged over them as those stages end.
@@ -76,113 +76,113 @@ run_stages() {
     # CPU-only builds for the later stages, niced behind the acceptance's own builds; only when those stages run
     # (they would load the host under the build and spares stages' measurements).
     if [[ " $* " == *" kernelbench "* ]]; then
-        nice -n 19 python3 scripts/kernelbench_side_by_side.py --build-only --work "$SESSION/kb" "${SIDE_BY_SIDE[@]}" \
+        nice -n 19 python3 scripts/bench/kernelbench_side_by_side.py --build-only --work "$SESSION/kb" "${SIDE_BY_SIDE[@]}" \
             > "$out/prebuild-kernelbench.log" 2>&1 &
     fi
     if [[ " $* " == *" independent "* && " $* " != *" spare-start "* && -z "${NO_PREBUILD:-}" ]]; then  # (not beside measurements)
-        nice -n 19 python3 scripts/independent_timing.py --build-only "${HONEST[@]}" > "$out/prebuild-independent.log" 2>&1 &
+        nice -n 19 python3 scripts/bench/independent_timing.py --build-only "${HONEST[@]}" > "$out/prebuild-independent.log" 2>&1 &
     fi
     for name in "$@"; do
         case $name in
             acceptance)
-                stage acceptance python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 --out "$out/acceptance"
-                python3 scripts/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1
+                stage acceptance python3 scripts/gpu/gpu_acceptance.py --device cuda:0 --warm --repeat 10 --out "$out/acceptance"
+                python3 scripts/gpu/training_report.py "$out/acceptance/verdicts.json" > "$out/acceptance/training.md" 2>&1
                 merge_verdicts "$ours" "$out/acceptance/verdicts.json" ;;
             burst)  # issue 24: a fresh `kernel-judge serve` (fresh data, builds, PCH and baselines), 64 mixed CUDA
                     # candidates POSTed at once; every verdict as declared, device holds (hang.py left out: its hold
                     # is the per-call limit by design)
                 stage burst python3 scripts/gpu/burst.py --count 64 --exclude hang.py --out "$out/burst" ;;
             acceptance-lite)  # the fast kernels, the training corpus (honest and hostile), the repeat study
-                stage acceptance-lite python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 10 \
+                stage acceptance-lite python3 scripts/gpu/gpu_acceptance.py --device cuda:0 --warm --repeat 10 \
                     --out "$out/acceptance-lite" --only kl_div_fast.py cross_entropy_fast.py kl_div_wrong_direction.py \
                     cross_entropy_wrong_target.py kl_div_train_function.py kl_div_train_fused.py \
                     cross_entropy_train_function.py cross_entropy_train_fused.py t1_reference_backward.py \
                     t1_zero_gradient.py t2_subsample_rows.py t3_cached_gradient.py c4_side_stream.py
-                python3 scripts/training_report.py "$out/acceptance-lite/verdicts.json" \
+                python3 scripts/gpu/training_report.py "$out/acceptance-lite/verdicts.json" \
                     > "$out/acceptance-lite/training.md" 2>&1 ;;
             recheck)
-                stage recheck python3 scripts/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/recheck" \
+                stage recheck python3 scripts/gpu/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/recheck" \
                     --only "${RECHECK_FILES[@]##*/}"
                 merge_verdicts "$ours" "$out/recheck/verdicts.json" ;;
-            batch) stage batch python3 scripts/gpu_batch.py --out "$out/batch" ;;
+            batch) stage batch python3 scripts/bench/gpu_batch.py --out "$out/batch" ;;
             e2e)  # the service as the README starts it; each fast kernel three times: the 2nd and 3rd are resubmissions
-                stage e2e python3 scripts/gpu_service_e2e.py --out "$out/e2e" --candidates \
+                stage e2e python3 scripts/bench/gpu_service_e2e.py --out "$out/e2e" --candidates \
                     kl_div:tests/corpus/cuda/kl_div_fast.py kl_div:tests/corpus/cuda/kl_div_fast.py \
                     kl_div:tests/corpus/cuda/kl_div_fast.py cross_entropy:tests/corpus/cuda/cross_entropy_fast.py \
                     cross_entropy:tests/corpus/cuda/cross_entropy_fast.py cross_entropy:tests/corpus/cuda/cross_entropy_fast.py ;;
             judge)
-                stage judge python3 scripts/bench_judge.py --device cuda:0 -n 10 --modes warm --build-root /tmp/judge \
+                stage judge python3 scripts/bench/bench_judge.py --device cuda:0 -n 10 --modes warm --build-root /tmp/judge \
                     --json "$out/judge/bench-judge-warm.json"
-                stage judge-cold python3 scripts/bench_judge.py --device cuda:0 -n 2 --modes cold --build-root /tmp/judge \
+                stage judge-cold python3 scripts/bench/bench_judge.py --device cuda:0 -n 2 --modes cold --build-root /tmp/judge \
                     --json "$out/judge-cold/bench-judge-cold.json" ;;
             judge-one)  # the same warm runs with one spare: fewer CPU-only starts beside each timed phase
-                stage judge-one python3 scripts/bench_judge.py --device cuda:0 -n 10 --modes warm --spares 1 \
+                stage judge-one python3 scripts/bench/bench_judge.py --device cuda:0 -n 10 --modes warm --spares 1 \
                     --build-root /tmp/judge --json "$out/judge-one/bench-judge-warm-one-spare.json" ;;
             judge-nolead)  # the correct fast kernels, warm, without the timing lead (sandbox/timing.py LEAD_MS)
-                stage judge-nolead env JUDGE_TIMING_LEAD_MS=0 python3 scripts/bench_judge.py --device cuda:0 -n 6 \
+                stage judge-nolead env JUDGE_TIMING_LEAD_MS=0 python3 scripts/bench/bench_judge.py --device cuda:0 -n 6 \
                     --modes warm --build-root /tmp/judge --json "$out/judge-nolead/bench-judge-warm-nolead.json" \
                     tests/corpus/cuda/kl_div_fast.py tests/corpus/cuda/cross_entropy_fast.py ;;
             timeline)  # the service judging the CUDA corpus on one GPU with every build waiting: the GPU-busy timeline
-                stage timeline-build python3 scripts/bench_multi_device.py run --devices cuda:0 --mode compile-only \
+                stage timeline-build python3 scripts/bench/bench_multi_device.py run --devices cuda:0 --mode compile-only \
                     --replicas 0 --min-candidates 30 --exclude hang.py --warm --out "$out/timeline-build"
-                stage timeline python3 scripts/bench_multi_device.py run --devices cuda:0 --replicas 0 --min-candidates 30 --exclude hang.py \
+                stage timeline python3 scripts/bench/bench_multi_device.py run --devices cuda:0 --replicas 0 --min-candidates 30 --exclude hang.py \
                     --warm --timeout 900 --out "$out/timeline" ;;
             multi)  # issue 13: one batch (honest, broken, hostile; hang.py left out) on one GPU, on two GPUs in one
                     # worker, and on two worker processes with one GPU each; the build cache is filled first, once
                 local batch=(--replicas 1 --exclude hang.py --warm)
-                stage multi-build python3 scripts/bench_multi_device.py run --devices cuda:0,cuda:1 --mode compile-only \
+                stage multi-build python3 scripts/bench/bench_multi_device.py run --devices cuda:0,cuda:1 --mode compile-only \
                     "${batch[@]}" --out "$out/multi-build"
                 local runs=" ${MULTI_RUNS:-one two two-workers} "  # MULTI_RUNS: which of the three (a repeat)
-                [[ $runs == *" one "* ]] && stage multi-one python3 scripts/bench_multi_device.py run --devices cuda:0 \
+                [[ $runs == *" one "* ]] && stage multi-one python3 scripts/bench/bench_multi_device.py run --devices cuda:0 \
                     "${batch[@]}" --timeout 480 --out "$out/multi-one"
-                [[ $runs == *" two "* ]] && stage multi-two python3 scripts/bench_multi_device.py run \
+                [[ $runs == *" two "* ]] && stage multi-two python3 scripts/bench/bench_multi_device.py run \
                     --devices cuda:0,cuda:1 "${batch[@]}" --timeout 480 --out "$out/multi-two"
-                [[ $runs == *" two-workers "* ]] && stage multi-two-workers python3 scripts/bench_multi_device.py run \
+                [[ $runs == *" two-workers "* ]] && stage multi-two-workers python3 scripts/bench/bench_multi_device.py run \
                     --devices cuda:0,cuda:1 --workers 2 "${batch[@]}" --timeout 480 --out "$out/multi-two-workers" ;;
             device-baselines)  # the trusted baseline process on every visible GPU: the cards must agree (issue 13's
                                # two-GPU run found cuda:1's measured on cuda:0's stream)
-                stage device-baselines python3 scripts/check_device_baselines.py ;;
+                stage device-baselines python3 scripts/gpu/check_device_baselines.py ;;
             spare-start)  # where a spare's CPU-only start goes (bytecode caches, sandbox, imports, contention)
-                stage spare-start python3 scripts/measure_spare_start.py --device cuda:0 --alone 2 --together 3 6 \
+                stage spare-start python3 scripts/experiments/measure_spare_start.py --device cuda:0 --alone 2 --together 3 6 \
                     --json "$out/spare-start/spare-start.json" ;;
             judge-ctx)  # the same warm runs with the spares' device context created at their start
-                stage judge-ctx env JUDGE_SPARE_CONTEXT_AT_START=1 python3 scripts/bench_judge.py --device cuda:0 -n 10 \
+                stage judge-ctx env JUDGE_SPARE_CONTEXT_AT_START=1 python3 scripts/bench/bench_judge.py --device cuda:0 -n 10 \
                     --modes warm --build-root /tmp/judge --json "$out/judge-ctx/bench-judge-warm-ctx.json" ;;
             independent)
                 wait  # the prebuilds
-                stage independent python3 scripts/independent_timing.py --ours "$ours" \
+                stage independent python3 scripts/bench/independent_timing.py --ours "$ours" \
                     --out "$out/independent" "${HONEST[@]}" ;;
             kernelbench)
                 wait
-                stage kernelbench python3 scripts/kernelbench_side_by_side.py --work "$SESSION/kb" \
+                stage kernelbench python3 scripts/bench/kernelbench_side_by_side.py --work "$SESSION/kb" \
                     --ours "$ours" --out "$out/kernelbench" "${SIDE_BY_SIDE[@]}" ;;
-            spares) stage spares python3 scripts/measure_spare_overlap.py --device cuda:0 \
+            spares) stage spares python3 scripts/experiments/measure_spare_overlap.py --device cuda:0 \
                         --json "$out/spares/spare-overlap.json" ;;
-            tolerance) stage tolerance python3 scripts/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
+            tolerance) stage tolerance python3 scripts/gpu/measure_tolerance.py --device cuda --gradient --seeds 2 ;;
             build)  # fresh CUDA builds, 8 at once: the judge's default (PCH with main.cpp's subset first, slim .cu
-                    # headers), then the same with the full PCH only (the judge before the subset), on one machine;
+                    # headers), then the same with the full PCH only (JUDGE_PCH_SUBSET=0), on one machine;
                     # one build root, so the PCH is built once
-                stage build-slim python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes slim \
+                stage build-slim python3 scripts/bench/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes slim \
                     --root /tmp/bench-build --json "$out/build-slim/bench_build_cuda_slim.json"
                 # g++'s own word that it read the PCHs (an 'x' line: rejected), and main.cpp's time alone
                 stage build-pch-check bash -c 'b=$(dirname "$(ls /tmp/bench-build/builds-slim/*/ext/*/build.ninja | head -1)");
                     v=$(dirname "$(ls /tmp/bench-build/cache/build-accel/*/flags.json | head -1)");
-                    python3 scripts/measure_build_scaling.py "$b" --step main.o --cpath "$v/main-subset" --copies 1,8 &&
-                    python3 scripts/measure_build_scaling.py "$b" --step main.o --cpath "$v" --copies 1'
-                stage build-slim-ce python3 scripts/bench_build.py --target cuda -n 8 -p 8 --jobs 2 --modes slim \
+                    python3 scripts/experiments/measure_build_scaling.py "$b" --step main.o --cpath "$v/main-subset" --copies 1,8 &&
+                    python3 scripts/experiments/measure_build_scaling.py "$b" --step main.o --cpath "$v" --copies 1'
+                stage build-slim-ce python3 scripts/bench/bench_build.py --target cuda -n 8 -p 8 --jobs 2 --modes slim \
                     --root /tmp/bench-build --candidate tests/corpus/cuda/cross_entropy_fast.py \
                     --json "$out/build-slim-ce/bench_build_cuda_slim_ce.json"
-                stage build-full-main python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 \
+                stage build-full-main python3 scripts/bench/bench_build.py --target cuda -n 16 -p 8 --jobs 2 \
                     --modes slim-full-main --root /tmp/bench-build \
                     --json "$out/build-full-main/bench_build_cuda_slim_full_main.json" ;;
             build-split)  # nvcc's front ends side by side (JUDGE_SPLIT_NVCC), 8 at once
-                stage build-split python3 scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes split \
+                stage build-split python3 scripts/bench/bench_build.py --target cuda -n 16 -p 8 --jobs 2 --modes split \
                     --root /tmp/bench-build --json "$out/build-split/bench_build_cuda_split.json" ;;
             build-plain)  # torch's own load_inline build, 8 at once
-                stage build-plain python3 scripts/bench_build.py --target cuda -n 8 -p 8 --jobs 2 --modes without \
+                stage build-plain python3 scripts/bench/bench_build.py --target cuda -n 8 -p 8 --jobs 2 --modes without \
                     --json "$out/build-plain/bench_build_cuda_without.json" ;;
             slim-coverage)  # which corpus .cu files build against the slim headers, and equal device code
-                stage slim-coverage python3 scripts/slim_header_coverage.py tests/corpus/cuda tests/corpus/hostile/cuda \
+                stage slim-coverage python3 scripts/experiments/slim_header_coverage.py tests/corpus/cuda tests/corpus/hostile/cuda \
                     -j 8 --full-on-failure --ptx --json "$out/slim-coverage/coverage.json" ;;
             *) echo "unknown stage $name" >> "$out/stages.txt" ;;
         esac
@@ -212,7 +212,7 @@ case ${1:-} in
         rm -rf "$SESSION" && mkdir -p "$SESSION/out" "$SESSION/repo"
         # A copy of its own: the next device call may rewrite the working tree under a running stage.
         tar -C . --exclude=.git -cf - . | tar -C "$SESSION/repo" -xf -
-        setsid nohup bash "$SESSION/repo/scripts/gpu_session.sh" run "$@" > "$SESSION/session.log" 2>&1 < /dev/null &
+        setsid nohup bash "$SESSION/repo/scripts/gpu/gpu_session.sh" run "$@" > "$SESSION/session.log" 2>&1 < /dev/null &
         collect 570 ;;
     run) shift; run_stages "$@" ;;
     collect) collect "${2:-570}" ;;

@@ -4,9 +4,9 @@
 Standalone: needs only torch with CUDA and a GPU; uses nothing else from this repository. Run on the GPU
 machine from the repository root:
 
-    python scripts/gpu_kernels_bench.py                 # everything, ~3-6 minutes on an H100
-    OUT=results python scripts/gpu_kernels_bench.py     # also writes results/gpu_kernels_bench.md
-    python scripts/gpu_kernels_bench.py --only fast --no-compile --reps 50
+    python scripts/bench/gpu_kernels_bench.py                 # everything, ~3-6 minutes on an H100
+    OUT=results python scripts/bench/gpu_kernels_bench.py     # also writes results/gpu_kernels_bench.md
+    python scripts/bench/gpu_kernels_bench.py --only fast --no-compile --reps 50
 
 What it does:
 1. Picks every `tests/corpus/cuda/*.py` whose docstring says `expect: correct` or `expect: incorrect`
@@ -42,10 +42,10 @@ from pathlib import Path
 
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "cuda"
 NEVER_LOAD = {"compile_error.py", "illegal_address.py", "hang.py"}
 ATOL, RTOL = 1e-6, 1e-4

@@ -6,7 +6,7 @@ bandwidth and eager time. Why: on a two-GPU H100 host (2026-11-25) the process m
 events on cuda:0's stream; it cached 2.04 TB/s for a 3.0 TB/s card, and every honest fast kl_div kernel was judged
 tamper_detected. `sandbox.timing.DeviceClock` now makes its device current; this is the check on the GPU.
 
-    python3 scripts/check_device_baselines.py [--tasks kl_div cross_entropy] [--limit 0.05]
+    python3 scripts/gpu/check_device_baselines.py [--tasks kl_div cross_entropy] [--limit 0.05]
 
 Exit status 1 when the cards of a task differ by more than --limit in bandwidth or eager median, 0 otherwise.
 """
@@ -21,11 +21,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from reference import get_task  # noqa: E402
-from sandbox.baseline import get_baselines  # noqa: E402
-from sandbox.config import JudgeConfig  # noqa: E402
+from reference import get_task
+from sandbox.baseline import get_baselines
+from sandbox.config import JudgeConfig
 
 
 def measure(task_id: str, device: str, work: Path) -> dict:

@@ -1,14 +1,14 @@
 """The training variants' table (step, forward alone, backward share, peak memory, speed-of-light, baselines)
 from the verdicts a judge run wrote, for docs/benchmarks.md.
 
-On the GPU machine (after `source scripts/device_env.sh`; Liger-Kernel installed from the carried wheels
+On the GPU machine (after `source scripts/gpu/device_env.sh`; Liger-Kernel installed from the carried wheels
 adds its row, otherwise the table says why it is missing):
 
-    python scripts/gpu_acceptance.py --device cuda:0 --repeat 0 --out results/training \\
+    python scripts/gpu/gpu_acceptance.py --device cuda:0 --repeat 0 --out results/training \\
         --only kl_div_train_function.py kl_div_train_fused.py cross_entropy_train_function.py \\
                cross_entropy_train_fused.py t1_zero_gradient.py t1_reference_backward.py t2_subsample_rows.py \\
                t3_cached_gradient.py
-    python scripts/training_report.py results/training/verdicts.json > results/training/training.md
+    python scripts/gpu/training_report.py results/training/verdicts.json > results/training/training.md
 
 Any verdicts.json works (CPU ones too); verdicts of forward tasks are left out.
 """

@@ -1,6 +1,6 @@
 """A batch of CUDA candidates through the CLI on a GPU machine: throughput, GPU busy fraction, summary table.
 
-    source scripts/device_env.sh && python3 scripts/gpu_batch.py --out results/
+    source scripts/gpu/device_env.sh && python3 scripts/bench/gpu_batch.py --out results/
 
 Builds a JSONL of at least 60 samples from tests/corpus/cuda (every honest and broken kernel, variations of
 the honest ones with another block size, and duplicates sent as raw LLM completions whose final ```python
@@ -8,7 +8,7 @@ block repeats an earlier sample: judged once, verdict shared), starts `kernel-ju
 worker on every local GPU, SQLite), mints a key, and runs `kernel-judge batch FILE --watch` while sampling
 `nvidia-smi` every 200 ms. Then `kernel-judge results -o` writes the CSV. Writes gpu_batch.md (for
 docs/benchmarks.md), gpu_batch.jsonl, gpu_batch_results.csv, gpu_batch_util.csv, gpu_batch_util.svg (the GPU-busy
-timeline, scripts/plot_gpu_util.py) and the logs to --out.
+timeline, scripts/bench/plot_gpu_util.py) and the logs to --out.
 
 Numbers reported:
 - throughput: samples (lines) per hour and distinct candidates per hour, from upload to the batch's end;
@@ -35,7 +35,9 @@ from pathlib import Path
 import httpx
 from typing_extensions import Self
 
-ROOT = Path(__file__).resolve().parents[1]
+from service.client import JudgeClient, JudgeError
+
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "cuda"
 CLI = [sys.executable, "-m", "service.cli.main"]
 
@@ -113,16 +115,11 @@ class UtilSampler:
 
 
 def wait_ready(base: str, server: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    with JudgeClient(base, key="") as judge:
         try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            raise SystemExit("the service did not become ready; see gpu_batch_serve.log")
-        time.sleep(0.5)
+            judge.wait_ready(timeout, alive=lambda: server.poll() is None)
+        except JudgeError as exc:
+            raise SystemExit(f"the service did not become ready ({exc}); see gpu_batch_serve.log") from None
 
 
 def device_held_s(base: str, rows: list[dict]) -> float:
@@ -185,15 +182,15 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
 
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_gpu_util.py"), str(args.out / "gpu_batch_util.csv"),
-                    "-o", str(args.out / "gpu_batch_util.svg")], check=False)  # the GPU-busy timeline
+    subprocess.run([sys.executable, "-m", "scripts.bench.plot_gpu_util", str(args.out / "gpu_batch_util.csv"),
+                    "-o", str(args.out / "gpu_batch_util.svg")], cwd=ROOT, check=False)  # the GPU-busy timeline
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], check=False,
                          capture_output=True, text=True).stdout.strip().splitlines()
     expect_ok = sum(1 for s, r in zip(lines, rows) if r.get("status") == s["metadata"]["expect"])
     report = "\n".join([
         f"## A batch of {len(lines)} CUDA candidates through the CLI ({dt.date.today()})",
         "",
-        (f"GPUs: {', '.join(gpu) or 'unknown'}. `python3 scripts/gpu_batch.py`: `kernel-judge serve` (SQLite, "
+        (f"GPUs: {', '.join(gpu) or 'unknown'}. `python3 scripts/bench/gpu_batch.py`: `kernel-judge serve` (SQLite, "
          "embedded worker), then `kernel-judge batch gpu_batch.jsonl --watch`."),
         "",
         "| measure | value |",

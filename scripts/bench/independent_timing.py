@@ -6,8 +6,8 @@ loads each candidate file, feeds it the task's official inputs (seeded) and time
 the candidates it times, on the same inputs and the same way, the eager reference, `torch.compile` of it and
 Liger-Kernel's loss for the task's semantics: the library users pick instead of writing a kernel.
 
-    source scripts/device_env.sh
-    python3 scripts/independent_timing.py --ours results/verdicts.json --out results/ \\
+    source scripts/gpu/device_env.sh
+    python3 scripts/bench/independent_timing.py --ours results/verdicts.json --out results/ \\
         tests/corpus/cuda/kl_div_fast.py tests/corpus/cuda/cross_entropy_fast.py ...
 
 --ours takes `gpu_acceptance.py`'s verdicts.json from the same card: each candidate's row then shows the
@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from reference import OFFICIAL, Task, get_task  # noqa: E402
+from reference import OFFICIAL, Task, get_task
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TASK_LINE = re.compile(r"^task:\s*(\S+)", re.MULTILINE)
 SEED = 20261123

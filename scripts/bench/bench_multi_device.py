@@ -1,11 +1,11 @@
 """One batch through the service on one device or several, one worker process or several: the device-busy figures.
 
     # one worker (kernel-judge serve, its embedded worker), one GPU, then two GPUs; then one worker per GPU
-    python3 scripts/bench_multi_device.py run --devices cuda:0 --out results/one
-    python3 scripts/bench_multi_device.py run --devices cuda:0,cuda:1 --out results/two
-    python3 scripts/bench_multi_device.py run --devices cuda:0,cuda:1 --workers 2 \\
+    python3 scripts/bench/bench_multi_device.py run --devices cuda:0 --out results/one
+    python3 scripts/bench/bench_multi_device.py run --devices cuda:0,cuda:1 --out results/two
+    python3 scripts/bench/bench_multi_device.py run --devices cuda:0,cuda:1 --workers 2 \\
         --database-url postgresql+psycopg://postgres@127.0.0.1:5432/kj_multi --fresh-db --out results/two-workers
-    python3 scripts/bench_multi_device.py compare results/one results/two results/two-workers
+    python3 scripts/bench/bench_multi_device.py compare results/one results/two results/two-workers
 
 `run` starts the service as the README does (`kernel-judge serve`, whose embedded worker gets
 JUDGE_DEVICES=--devices; or, with --workers N, `kernel-judge serve --no-worker` and N `kernel-judge worker`
@@ -51,8 +51,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from service.client import JudgeClient, JudgeError
+
+ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "service.cli.main"]
 ADMIN = "bench-multi-admin"
 META = re.compile(r"^(task|expect):\s*(\S+)", re.MULTILINE)
@@ -142,11 +143,13 @@ class Service:
                 raise SystemExit(f"timed out waiting for {what}")
             time.sleep(0.5)
 
-    def ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
+    def wait_ready(self, timeout: float) -> None:
+        """Until the API answers /readyz, stopping at once when one of the processes has exited."""
+        with JudgeClient(self.base, key="") as judge:
+            try:
+                judge.wait_ready(timeout, alive=lambda: all(proc.poll() is None for _, proc in self.procs))
+            except JudgeError as exc:
+                raise SystemExit(f"the API was not ready ({exc}): see the logs in {self.out}") from None
 
     def workers(self) -> list[dict]:
         answer = httpx.get(f"{self.base}/v1/admin/workers", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
@@ -354,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
             service.start("serve", [*CLI, "serve", "--port", str(args.port)], JUDGE_DEVICES=",".join(devices))
         else:
             service.start("serve", [*CLI, "serve", "--no-worker", "--port", str(args.port)])
-        service.wait("the API", service.ready, 180)
+        service.wait_ready(180)
         if args.workers > 1:
             for i, group in enumerate(groups):
                 service.start(f"worker-{i}", [*CLI, "worker", "--no-migrate"], JUDGE_DEVICES=",".join(group))

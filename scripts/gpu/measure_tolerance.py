@@ -2,10 +2,10 @@
 
 The tolerances in reference/kl_div.py and reference/cross_entropy.py cite these figures. Examples:
 
-    python scripts/measure_tolerance.py --device cpu                       # CPU size + one larger size
-    python scripts/measure_tolerance.py --device cuda                      # official + extra shapes
-    python scripts/measure_tolerance.py --device cuda --compile --seeds 5
-    python scripts/measure_tolerance.py --device cpu --kl-shapes 64x512 2048x16384 --ce-shapes 8192x4096
+    python scripts/gpu/measure_tolerance.py --device cpu                       # CPU size + one larger size
+    python scripts/gpu/measure_tolerance.py --device cuda                      # official + extra shapes
+    python scripts/gpu/measure_tolerance.py --device cuda --compile --seeds 5
+    python scripts/gpu/measure_tolerance.py --device cpu --kl-shapes 64x512 2048x16384 --ce-shapes 8192x4096
 
 Honest implementations, all fp32 end to end:
 - torch:  the reference Model itself (PyTorch's own fp32 kernels).
@@ -27,8 +27,8 @@ every element of batch * gradient / scale (per-row units) against fp64 truth, fo
 Cells: max relative error where |truth| >= 1e-3 / max absolute error, and the worst ratio of the error to
 the task's gradient tolerance (atol + rtol * magnitude, see reference/training.py; under 1 passes).
 
-    python scripts/measure_tolerance.py --device cpu --gradient
-    python scripts/measure_tolerance.py --device cuda --gradient --seeds 2
+    python scripts/gpu/measure_tolerance.py --device cpu --gradient
+    python scripts/gpu/measure_tolerance.py --device cuda --gradient --seeds 2
 """
 
 from __future__ import annotations
@@ -36,17 +36,14 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from reference import Task, TaskId, all_tasks  # noqa: E402
-from reference.task import row_chunks  # noqa: E402
+from reference import Task, TaskId, all_tasks
+from reference.task import row_chunks
 
 THREADS = 256
 """Threads per row in the 'block' emulation."""

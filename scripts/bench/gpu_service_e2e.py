@@ -1,6 +1,6 @@
 """End to end on a GPU machine: start the service as the README does, submit the fast kernels, time it.
 
-    source scripts/device_env.sh && python3 scripts/gpu_service_e2e.py --out results/
+    source scripts/gpu/device_env.sh && python3 scripts/bench/gpu_service_e2e.py --out results/
 
 Starts `kernel-judge serve` (API + embedded worker on every local GPU, SQLite) in a subprocess, mints a
 key, submits each candidate over HTTP, follows it until `done`, and reports the wall time from POST to
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+from service.client import JudgeClient, JudgeError
+
+ROOT = Path(__file__).resolve().parents[2]
 CANDIDATES = [("kl_div", "tests/corpus/cuda/kl_div_fast.py"),
               ("cross_entropy", "tests/corpus/cuda/cross_entropy_fast.py")]
 
@@ -52,17 +54,12 @@ def main() -> int:
     rows: list[str] = []
     verdicts: list[dict] = []
     try:
+        with JudgeClient(base, key="") as judge:
+            try:
+                judge.wait_ready(120, alive=lambda: server.poll() is None)
+            except JudgeError as exc:
+                raise SystemExit(f"the service did not become ready ({exc}); see service_e2e.log") from None
         with httpx.Client(base_url=base, timeout=30) as client:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("the service did not become ready; see service_e2e.log")
-                time.sleep(0.5)
             key = client.post("/v1/keys", json={"submitter": "e2e"},
                               headers={"Authorization": "Bearer e2e-admin"}).json()["key"]
             auth = {"Authorization": f"Bearer {key}"}

@@ -1,7 +1,7 @@
 """Issue 12's side by side: KernelBench's own evaluation of our corpus kernels, on the same card as our judge.
 
 KernelBench is not vendored: point --kernelbench at a checkout holding its `src/kernelbench` and
-`KernelBench/level1/{95,98}_*.py` (`scripts/fetch_device_deps.sh` exports them into `.kernelbench/`, with the
+`KernelBench/level1/{95,98}_*.py` (`scripts/gpu/fetch_device_deps.sh` exports them into `.kernelbench/`, with the
 commit in `.kernelbench/COMMIT`; carry it to the GPU machine). Each candidate is evaluated the way its
 `scripts/eval_from_generations.py` evaluates one sample: built first (`build_compile_cache`, on the CPU, all in
 parallel), then `eval_kernel_against_ref` in a fresh process with its defaults there: seed 42, 5 correctness
@@ -16,7 +16,7 @@ the device seconds our judge held (`details.cost.device_held_s`).
 KernelBench imports an LLM client stack at import time (dotenv, tqdm, openai, litellm, requests) that the
 GPU machine lacks and this evaluation never calls: missing ones are replaced by empty modules in the child.
 
-    python3 scripts/kernelbench_side_by_side.py --kernelbench .kernelbench --ours results/verdicts.json \\
+    python3 scripts/bench/kernelbench_side_by_side.py --kernelbench .kernelbench --ours results/verdicts.json \\
         --out results/ tests/corpus/cuda/kl_div_fast.py ...
 """
 
@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = {"kl_div": "98_KLDivLoss.py", "cross_entropy": "95_CrossEntropyLoss.py"}
 TASK_LINE = re.compile(r"^task:\s*(\S+)", re.MULTILINE)
 EXPECT_LINE = re.compile(r"^expect:\s*(\S+)", re.MULTILINE)
@@ -62,8 +62,8 @@ def stub_missing_modules() -> None:
 
 
 def child(kernelbench: Path, mode: str, task: str, candidate: Path, build_dir: Path) -> dict[str, Any]:
-    """One build or one evaluation, in this (fresh) process; returns what KernelBench returned."""
-    sys.path.insert(0, str(kernelbench / "src"))
+    """One build or one evaluation, in this (fresh) process, which has KernelBench's src/ on PYTHONPATH (run_child);
+    returns what KernelBench returned."""
     stub_missing_modules()
     from kernelbench import eval as kb_eval
 
@@ -87,10 +87,11 @@ def child(kernelbench: Path, mode: str, task: str, candidate: Path, build_dir: P
 
 def run_child(kernelbench: Path, mode: str, task: str, candidate: Path, build_dir: Path) -> dict[str, Any]:
     started = time.monotonic()
+    path = os.pathsep.join(p for p in (str(kernelbench / "src"), os.environ.get("PYTHONPATH")) if p)
     try:
         done = subprocess.run([sys.executable, __file__, "--child", mode, task, str(candidate), str(build_dir),
                                "--kernelbench", str(kernelbench)], capture_output=True, text=True,
-                              timeout=EVAL_TIMEOUT_S)
+                              timeout=EVAL_TIMEOUT_S, env={**os.environ, "PYTHONPATH": path})
     except subprocess.TimeoutExpired:
         return {"process_s": time.monotonic() - started, "error": f"did not finish in {EVAL_TIMEOUT_S} s"}
     wall = time.monotonic() - started

@@ -13,7 +13,8 @@ Both cost throughput. This script measures what would be gained by moving them, 
 - every victim sample is classed by what ran beside it (idle, spare host phase, spare device phase,
   calibration, close, kill, bare contexts), and the classes' medians and tails are printed.
 
-    source scripts/device_env.sh && python3 scripts/measure_spare_overlap.py --device cuda:0 --json OUT.json
+    source scripts/gpu/device_env.sh
+    python3 scripts/experiments/measure_spare_overlap.py --device cuda:0 --json OUT.json
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 VICTIM = r"""
 import os, sys, time, torch

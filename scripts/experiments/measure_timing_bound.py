@@ -12,8 +12,9 @@ For each honest candidate, judged for real (isolated child, fresh seed per timed
 With `--load N` the same judging runs while N pure-Python busy loops saturate the CPUs (each bounded by
 `timeout`), the situation of a worker whose compile pool is busy while a GPU job is timed.
 
-    python scripts/measure_timing_bound.py --device cpu --load 0 --load 3
-    python scripts/measure_timing_bound.py --device cuda:0 --load 0 --load 16 tests/corpus/cuda/kl_div_fast.py
+    python scripts/experiments/measure_timing_bound.py --device cpu --load 0 --load 3
+    python scripts/experiments/measure_timing_bound.py --device cuda:0 --load 0 --load 16 \
+        tests/corpus/cuda/kl_div_fast.py
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from sandbox import JudgeConfig, judge
+from sandbox.plausibility import MIN_CLAIM_FRACTION, RUN_NOISE_MS
 
-from sandbox import JudgeConfig, judge  # noqa: E402
-from sandbox.plausibility import MIN_CLAIM_FRACTION, RUN_NOISE_MS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 CPU_DEFAULT = ["tests/corpus/cpu/kl_div_cpp_correct.py", "tests/corpus/cpu/cross_entropy_cpp_correct.py",
                "tests/corpus/hostile/cpu/control_cpp_log_then_reduce.py"]

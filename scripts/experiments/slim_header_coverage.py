@@ -7,10 +7,10 @@ torch's full headers. It prints, per candidate, whether each compiled and how lo
 the share that builds slim, and the wall time of both. It needs no GPU (nvcc and torch's headers suffice)
 and never runs candidate code: the sources are read from the file's syntax tree.
 
-    python scripts/slim_header_coverage.py tests/corpus/cuda --full            # both builds of each
-    python scripts/slim_header_coverage.py DIR -j 2 --full-on-failure --json out.json
-    python scripts/slim_header_coverage.py tests/corpus/cuda/kl_div_fast.py --ptx   # device code equal?
-    python scripts/slim_header_coverage.py DIR --torch-include /tmp/torch-2.11/torch/include  # another torch
+    python scripts/experiments/slim_header_coverage.py tests/corpus/cuda --full            # both builds of each
+    python scripts/experiments/slim_header_coverage.py DIR -j 2 --full-on-failure --json out.json
+    python scripts/experiments/slim_header_coverage.py tests/corpus/cuda/kl_div_fast.py --ptx   # device code equal?
+    python scripts/experiments/slim_header_coverage.py DIR --torch-include /tmp/torch-2.11/torch/include  # other torch
 
 --full compiles every `.cu` both ways; --full-on-failure only where the slim build fails (to tell a candidate
 that needs the full headers from one that does not compile at all); --ptx also compiles both ways to PTX and
@@ -35,10 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from sandbox import build_hooks, slim_headers  # noqa: E402
+from sandbox import build_hooks, slim_headers
 
 IMPLICIT = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
 """What load_inline puts before a candidate's CUDA sources (torch/utils/cpp_extension.py, load_inline)."""

@@ -9,7 +9,7 @@ Prints three tables, to decide what to make faster before making anything faster
 3. one real `execute` of each candidate, with every request to the child timed by message kind (count,
    total and median ms round trip) and the parent's top functions by cumulative time.
 
-    python scripts/profile_judge.py --device cuda:0 tests/corpus/cuda/kl_div_fast.py
+    python scripts/experiments/profile_judge.py --device cuda:0 tests/corpus/cuda/kl_div_fast.py
 """
 
 from __future__ import annotations
@@ -29,13 +29,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from reference import all_tasks  # noqa: E402
-from sandbox import JudgeConfig, Verdict, execute, prepare  # noqa: E402
-from sandbox.compare import fingerprint  # noqa: E402
-from sandbox.supervisor import ChildSession  # noqa: E402
+from reference import all_tasks
+from sandbox import JudgeConfig, Verdict, execute, prepare
+from sandbox.compare import fingerprint
+from sandbox.supervisor import ChildSession
 
 
 def synced_ms(fn: Callable[[], object], device: torch.device) -> float:

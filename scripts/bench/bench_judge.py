@@ -11,9 +11,9 @@ is ready). `per candidate s` is the wall time from asking for a child to the ver
 The build and the baselines are prepared once before anything is counted (`prepare`, then one uncounted
 cold judgement per task), so the figures are the device's, not the compiler's.
 
-    python scripts/bench_judge.py --device cpu -n 3                       # the CPU corpus: correct + rejected
-    python scripts/bench_judge.py --device cuda:0 -n 10 --json docs/results/bench-judge-h100.json
-    python scripts/bench_judge.py --device cuda:0 -n 10 tests/corpus/cuda/kl_div_fast.py ...
+    python scripts/bench/bench_judge.py --device cpu -n 3                       # the CPU corpus: correct + rejected
+    python scripts/bench/bench_judge.py --device cuda:0 -n 10 --json docs/results/bench-judge-h100.json
+    python scripts/bench/bench_judge.py --device cuda:0 -n 10 tests/corpus/cuda/kl_div_fast.py ...
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from sandbox import JudgeConfig, PreparedCandidate, Verdict, execute, prepare
+from sandbox.warm import WarmPool
 
-from sandbox import JudgeConfig, PreparedCandidate, Verdict, execute, prepare  # noqa: E402
-from sandbox.warm import WarmPool  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 CPU_DEFAULT = ["tests/corpus/cpu/kl_div_cpp_correct.py", "tests/corpus/cpu/kl_div_wrong_direction.py"]
 CUDA_DEFAULT = ["tests/corpus/cuda/kl_div_fast.py", "tests/corpus/cuda/cross_entropy_fast.py",

@@ -12,14 +12,14 @@ and the total:
     slim      the judge's default: that PCH, and for CUDA the .cu compiled against slim torch headers
               (sandbox/slim_headers.py); each build says whether its .cu built slim or fell back, and which
               PCH its main.cpp was built with
-    slim-full-main  slim, but main.cpp with the full PCH only (the judge before the subset PCH)
+    slim-full-main  slim, but main.cpp with the full PCH only (the judge with JUDGE_PCH_SUBSET=0)
     split     slim, and nvcc's two front ends side by side (sandbox/nvcc_split.py, under bubblewrap only)
 
 Each build's steps come from ninja's log (the .cu object, main.cpp, the link, what lies outside ninja) and,
 for a split .cu, the two lanes and the host compile.
 
-    .venv/bin/python scripts/bench_build.py --target cpu -n 4 -p 2          # the development machine
-    python scripts/bench_build.py --target cuda -n 16 -p 8 --jobs 2         # the H100 machine (16 cores)
+    .venv/bin/python scripts/bench/bench_build.py --target cpu -n 4 -p 2          # the development machine
+    python scripts/bench/bench_build.py --target cuda -n 16 -p 8 --jobs 2         # the H100 machine (16 cores)
 
 --json FILE also writes every figure. The target in issue 12: a CUDA build's p50 <= 25 s with 8 in parallel
 on 16 cores.
@@ -32,7 +32,6 @@ import json
 import os
 import re
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -40,12 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sandbox import build_accel, nvcc_split
+from sandbox.config import JudgeConfig
+from sandbox.pipeline import PreparedCandidate, prepare
 
-from sandbox import build_accel, nvcc_split  # noqa: E402
-from sandbox.config import JudgeConfig  # noqa: E402
-from sandbox.pipeline import PreparedCandidate, prepare  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT = {"cpu": ROOT / "tests/corpus/cpu/kl_div_cpp_correct.py", "cuda": ROOT / "tests/corpus/cuda/kl_div_fast.py"}
 

@@ -1,14 +1,14 @@
 """How one build step's time grows when several run at once: the same compile command, 1, 4, 8, 16 copies.
 
-Why: with 8 builds at once on the H100 host's 16 cores (scripts/bench_build.py), main.cpp and the `.cu` each took
+Why: with 8 builds at once on the H100 host's 16 cores (scripts/bench/bench_build.py), main.cpp and the `.cu` each took
 22-25 s whatever main.cpp's header was (the full precompiled torch/extension.h, or its subset that takes half the
 time alone). This separates the compiler from the judge: it reruns ninja's own command for one step of a build
 that bench_build left behind (`ninja -t commands`, the step's outputs renamed per copy), under the environment the
 build child gives it (CPATH for main.cpp's precompiled header, NVCC_APPEND_FLAGS for the slim `.cu` headers), and
 prints each copy's wall seconds and the CPU seconds all copies used.
 
-    python3 scripts/measure_build_scaling.py BUILD_DIR --step main.o --cpath ACCEL/VARIANT/main-subset
-    python3 scripts/measure_build_scaling.py BUILD_DIR --step cuda.cuda.o --slim   # the .cu, slim headers
+    python3 scripts/experiments/measure_build_scaling.py BUILD_DIR --step main.o --cpath ACCEL/VARIANT/main-subset
+    python3 scripts/experiments/measure_build_scaling.py BUILD_DIR --step cuda.cuda.o --slim   # the .cu, slim headers
 
 BUILD_DIR is an extension's build directory (it has build.ninja); `--json FILE` writes every figure.
 """
@@ -22,15 +22,12 @@ import resource
 import shlex
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from sandbox.slim_headers import SLIM_DIR  # noqa: E402 - the slim headers' directory inside a build
+from sandbox.slim_headers import SLIM_DIR  # the slim headers' directory inside a build
 
 
 def step_command(build_dir: Path, output: str) -> str:

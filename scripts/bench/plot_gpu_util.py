@@ -1,11 +1,11 @@
 """The GPU-busy timeline of a run from nvidia-smi samples (issue 12): one lane per GPU, a bar where it computed.
 
-`scripts/gpu_batch.py` samples `utilization.gpu` every 200 ms into gpu_batch_util.csv (time, gpu, utilization).
+`scripts/bench/gpu_batch.py` samples `utilization.gpu` every 200 ms into gpu_batch_util.csv (time, gpu, utilization).
 `service.observability.timeline.utilization_spans` turns consecutive samples above zero into busy spans, and the
 timeline's renderer (the one that draws device holds) draws them, so the two plots read alike: the holds plot
 shows when the device was given to a candidate, this one when it actually ran kernels.
 
-    python3 scripts/plot_gpu_util.py results/gpu_batch_util.csv -o results/gpu_batch_util.svg
+    python3 scripts/bench/plot_gpu_util.py results/gpu_batch_util.csv -o results/gpu_batch_util.svg
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from service.observability.timeline import busy_fraction, render_svg, utilization_spans  # noqa: E402
+from service.observability.timeline import busy_fraction, render_svg, utilization_spans
 
 
 def main() -> int:

@@ -14,7 +14,8 @@ splits that figure:
   spawn to `Started`: one at a time, then 3 and 6 at once (contention between starts);
 - one spare's start under `PYTHONPROFILEIMPORTTIME`: the slowest imports, by cumulative and by own time.
 
-    source scripts/device_env.sh && python3 scripts/measure_spare_start.py --device cuda:0 --json OUT.json
+    source scripts/gpu/device_env.sh
+    python3 scripts/experiments/measure_spare_start.py --device cuda:0 --json OUT.json
 """
 
 from __future__ import annotations
@@ -31,12 +32,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from sandbox import bytecode, isolation, protocol as msg
+from sandbox.config import JudgeConfig
+from sandbox.supervisor import ChildPaths, ChildSession, child_env, code_binds
 
-from sandbox import bytecode, isolation, protocol as msg  # noqa: E402
-from sandbox.config import JudgeConfig  # noqa: E402
-from sandbox.supervisor import ChildPaths, ChildSession, child_env, code_binds  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD_IMPORTS = "import sandbox.child, importlib; importlib.import_module('torch._dynamo')"
 PACKAGES = ("torch", "pydantic", "pydantic_core", "numpy", "sympy", "sandbox", "reference")

@@ -1,7 +1,7 @@
 """Load check: N concurrent clients submit M candidates; report POST latency and time until all are done.
 
-    .venv/bin/python scripts/load_check.py                     # 50 clients, 1000 submissions, SQLite
-    .venv/bin/python scripts/load_check.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python scripts/bench/load_check.py                     # 50 clients, 1000 submissions, SQLite
+    .venv/bin/python scripts/bench/load_check.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test
 
 It starts its own API (uvicorn) and worker processes on a fresh database (or uses --url and --key for a
 running service), submits `tests/corpus/cpu/kl_div_cpp_correct.py` (a trivial correct C++ candidate),
@@ -28,7 +28,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+from service.client import JudgeClient, JudgeError
+
+ROOT = Path(__file__).resolve().parents[2]
 CANDIDATE = ROOT / "tests" / "corpus" / "cpu" / "kl_div_cpp_correct.py"
 
 
@@ -86,7 +88,6 @@ def wait_done(base: str, ids: list[str], timeout: float) -> tuple[float, dict[st
 
 
 def start_service(args: argparse.Namespace, workdir: Path) -> tuple[str, str, list[subprocess.Popen]]:
-    sys.path.insert(0, str(ROOT))
     from service import crud
     from service.db.migrate import upgrade
     from service.db.session import Database
@@ -112,16 +113,11 @@ def start_service(args: argparse.Namespace, workdir: Path) -> tuple[str, str, li
     procs += [subprocess.Popen([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], env=env,
                                cwd=ROOT) for _ in range(args.workers)]
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
+    with JudgeClient(base, key="") as judge:
         try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("the API did not start")
-        time.sleep(0.2)
+            judge.wait_ready(60, alive=lambda: all(p.poll() is None for p in procs))
+        except JudgeError as exc:
+            raise SystemExit(f"the API did not start ({exc})") from None
     return base, key, procs
 
 
@@ -167,7 +163,7 @@ def main() -> int:
     print(f"""
 ### Load check ({time.strftime('%Y-%m-%d')})
 
-`scripts/load_check.py --clients {args.clients} --submissions {args.submissions}` on {os.cpu_count()} cores
+`scripts/bench/load_check.py --clients {args.clients} --submissions {args.submissions}` on {os.cpu_count()} cores
 ({platform.processor() or platform.machine()}), {db}, one uvicorn process, {args.workers} worker process(es),
 judge mode `{args.judge_mode}`{mode_note}.
 

@@ -2,7 +2,7 @@
 
 Run on the GPU machine (see docs/benchmarks.md for the exact command):
 
-    python scripts/gpu_acceptance.py --device cuda:0 --out results/
+    python scripts/gpu/gpu_acceptance.py --device cuda:0 --out results/
 
 It builds every candidate first in parallel (the service's compile pool does the same), then judges
 them one at a time on the device, then judges the fast kernels REPEAT more times to show how stable the
@@ -24,12 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from sandbox import JudgeConfig, Verdict, execute, prepare
+from sandbox.environment import describe
+from sandbox.warm import WarmPool
 
-from sandbox import JudgeConfig, Verdict, execute, prepare  # noqa: E402
-from sandbox.environment import describe  # noqa: E402
-from sandbox.warm import WarmPool  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 _HEADER = re.compile(r"^(expect|task|diagnosis|min_ms):\s*(.+?)\s*$", re.M)
 

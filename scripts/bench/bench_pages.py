@@ -1,8 +1,8 @@
 """Time the leaderboard page and JSON route over 10,000 judged submissions, on PostgreSQL and SQLite.
 
-    python scripts/bench_pages.py                      # both back ends; PostgreSQL from JUDGE_TEST_PG_URL or
+    python scripts/bench/bench_pages.py                      # both back ends; PostgreSQL from JUDGE_TEST_PG_URL or
                                                        # postgresql+psycopg://postgres@127.0.0.1:5432/test
-    python scripts/bench_pages.py --n 10000 --requests 60
+    python scripts/bench/bench_pages.py --n 10000 --requests 60
 
 Seeds N submissions (a realistic mix: 60% correct, one in three codes resent under another model name, 5%
 judged under unshare, 10% failing an extra shape, two GPU models, verdict JSON the size of a real H100
@@ -23,21 +23,19 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from sqlalchemy import insert, text
 
-from sqlalchemy import insert, text  # noqa: E402
+from service import ranking
+from service.db.migrate import upgrade
+from service.db.models import ApiKey, Job, Submission, VerdictRow, ranking_columns
+from service.db.session import Database
 
-from service import ranking  # noqa: E402
-from service.db.migrate import upgrade  # noqa: E402
-from service.db.models import ApiKey, Job, Submission, VerdictRow, ranking_columns  # noqa: E402
-from service.db.session import Database  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TEMPLATE = json.loads((ROOT / "docs/results/verdicts-h100-hostile-2026-11-22.json").read_text())[

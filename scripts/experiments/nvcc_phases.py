@@ -9,8 +9,8 @@ cudafe++ (the host front end), cicc (the device front end and optimiser), ptxas,
 It needs no GPU: nvcc and torch's headers suffice. The CPU wheel of torch lacks one generated CUDA header
 (`c10/cuda/impl/cuda_cmake_macros.h`); a stand-in is put first on the include path when it is missing.
 
-    python scripts/nvcc_phases.py tests/corpus/cuda/kl_div_fast.py --arch 9.0
-    python scripts/nvcc_phases.py tests/corpus/cuda/kl_div_fast.py --extra=-Xcompiler=-O1   # one flag's effect
+    python scripts/experiments/nvcc_phases.py tests/corpus/cuda/kl_div_fast.py --arch 9.0
+    python scripts/experiments/nvcc_phases.py tests/corpus/cuda/kl_div_fast.py --extra=-Xcompiler=-O1  # one flag
 
 The candidate file is read, never run: its CUDA source is the longest string literal that declares a kernel.
 """

@@ -1,0 +1,1 @@
+"""Benchmarks whose figures docs/benchmarks.md cites (scripts/README.md)."""
