@@ -10,6 +10,10 @@ Safety rests on two things:
   the first worker's late result is discarded, and `verdicts.submission_id` is unique besides:
   a verdict is recorded exactly once.
 
+The order of a claim (which ready jobs it takes) is a separate concern, service.queue.order: the fair order, or
+longest expected device time first within a bounded window of it. It chooses among the rows the one locked read
+returned, so it changes neither guarantee.
+
 A job whose lease expired while `running` (its candidate executing on the device) counts a crash
 against itself; at `max_worker_crashes` the reclaiming worker stores a final system_error that says what is
 known (its workers were lost N times while executing it) instead of judging it again: a candidate that
@@ -27,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
@@ -37,7 +41,7 @@ from sqlalchemy.orm import Session
 from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
-from service.queue import wakeup
+from service.queue import order, wakeup
 from service.queue.states import ACTIVE, BLAMED, AttemptOutcome, JobState, Outcome
 
 log = logging.getLogger(__name__)
@@ -98,14 +102,20 @@ def _end_attempt(session: Session, token: str | None, outcome: AttemptOutcome, n
 
 
 def claim(db: Database, worker_id: str, limit: int, lease_s: float,
-          held: Collection[str] = ()) -> list[Claim]:
+          held: Collection[str] = (), *, seconds: Callable[[str], float] | None = None,
+          window: int = 1) -> list[Claim]:
     """Atomically take up to `limit` ready jobs: queued ones whose backoff has passed, and jobs whose
     worker's lease expired (reclaimed; a crash if it expired while running). Interactive first, then batches in
     fair order.
 
     `held` are the claim tokens of the jobs the caller still works on. Their leases may have expired (the
     database was away longer than the lease, so no heartbeat reached it), but the caller is alive and judging
-    them: taking one back would count a crash that never happened and discard the caller's own result."""
+    them: taking one back would count a crash that never happened and discard the caller's own result.
+
+    `seconds` (a task's expected device seconds, service.queue.lengths) with `window` > 1: longest first among the
+    first `window` places of the fair order (service.queue.order, which bounds the reordering). The candidates
+    are read and locked in the same statement as before, `window` rows instead of `limit`; those not taken are
+    unlocked at commit, untouched."""
     if limit <= 0:
         return []
     now = utcnow()
@@ -115,12 +125,15 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
     ready = ((Job.state == JobState.QUEUED) & (Job.not_before <= now)) | expired
     # Fair order: interactive jobs (fair_key null) before any batch job, then batch jobs by virtual start
     # time, which interleaves concurrent batches round-robin (service.batches.fairness); FIFO within each.
-    query = select(Job).where(ready).order_by(Job.fair_key.asc().nulls_first(), Job.id).limit(limit)
+    reorder = seconds is not None and window > 1
+    query = (select(Job).where(ready).order_by(Job.fair_key.asc().nulls_first(), Job.id)
+             .limit(max(limit, window) if reorder else limit))
     if not db.sqlite:
         query = query.with_for_update(skip_locked=True, of=Job)
     claims: list[Claim] = []
     with db.transaction() as session:
-        for job in session.scalars(query).all():
+        candidates = session.scalars(query).all()
+        for job in order.longest_first(candidates, limit, seconds, window) if reorder else candidates:
             if job.state is BLAMED:  # the candidate was executing when its worker died
                 job.crashes += 1
                 _end_attempt(session, job.claim_token, AttemptOutcome.CRASHED, now)
