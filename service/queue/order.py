@@ -36,6 +36,11 @@ def position(job: Job) -> tuple[int, int]:
     return (0, job.id) if job.fair_key is None else (1, job.fair_key)
 
 
+def fair_order(job: Job) -> tuple[bool, int, int]:
+    """The fair order as a sort key: interactive jobs (no fair_key) first, by id; then batch jobs by (fair_key, id)."""
+    return (job.fair_key is not None, job.fair_key or 0, job.id)
+
+
 def longest_first(ready: Sequence[J], limit: int, seconds: Callable[[str], float], window: int) -> list[J]:
     """Up to `limit` of `ready` (given in fair order) to claim, in the order taken: repeatedly the longest job
     (by `seconds(task_id)`) within `window` places of the current head's tier and place."""

@@ -17,7 +17,7 @@ from service.api.schemas import SubmissionCreate
 from service.batches.schemas import Sample
 from service.batches.store import create_batch
 from service.core.config import Settings
-from service.db.models import JobAttempt
+from service.db.models import Job, JobAttempt
 from service.db.session import Database
 from service.queue import claims as q
 from service.queue import lengths
@@ -227,3 +227,16 @@ def test_claim_window_is_read_from_the_environment_and_refuses_negatives(monkeyp
     monkeypatch.setenv("JUDGE_CLAIM_WINDOW", "-1")
     with pytest.raises(ValueError, match="claim_window"):
         Settings()
+
+
+def test_expired_interactive_and_batch_jobs_merge_in_fair_order(db):
+    """The ready set is read as three parts (expired leases, queued interactive, queued batch): merged, they are
+    claimed in the one fair order."""
+    batch_ids = batch(db, ["kl_div", "kl_div", "kl_div"])
+    (first,) = q.claim(db, "lost", 1, 60)  # fair_key 0, then its worker dies in compiling: its lease expires
+    assert first.submission_id == batch_ids[0]
+    with db.transaction() as s:
+        s.execute(update(Job).where(Job.id == first.job_id).values(lease_expires_at=dt.datetime(2000, 1, 1)))
+    (interactive,) = submit(db, ["kl_div"])
+    got = [c.submission_id for c in q.claim(db, "w", 4, 60)]
+    assert got == [interactive, batch_ids[0], batch_ids[1], batch_ids[2]]
