@@ -88,19 +88,30 @@ class PooledDatabase(Database):
 
 
 class Recorder:
-    """(op, start, seconds) of every call, from all threads of a process."""
+    """(op, start, seconds) of every call that succeeded, and (op, start, error) of every call that raised, from all
+    threads of a process. A failed call is what a real worker would retry or log; the simulated worker goes on."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, float, float]] = []
+        self.errors: list[tuple[str, float, str]] = []
         self.empty = 0
         self.lock = threading.Lock()
 
     def timed(self, op: str, fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
         start = time.time()
-        out = fn(*args, **kwargs)
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - counted and shown: the database refused or timed out
+            with self.lock:
+                self.errors.append((op, start, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"))
+            return FAILED
         with self.lock:
             self.rows.append((op, start, time.time() - start))
         return out
+
+
+FAILED = object()
+"""What `Recorder.timed` returns for a call that raised."""
 
 
 def real_verdict() -> Verdict:
@@ -123,6 +134,8 @@ def simulated_worker(db: Database, worker_id: str, phase: Phase, workers: int, s
         if time.time() >= stop:
             return
         got = rec.timed("claim", q.claim, db, worker_id, 1, LEASE_S, seconds=lengths.default_seconds, window=WINDOW)
+        if got is FAILED:
+            continue
         if not got:
             rec.empty += 1
             continue
@@ -176,7 +189,7 @@ def run_process(url: str, pool: int, worker_ids: list[str], phase: Phase, worker
         t.start()
     for t in threads:
         t.join()
-    results.put({"rows": rec.rows, "empty": rec.empty, "cpu_s": time.process_time() - cpu0})
+    results.put({"rows": rec.rows, "errors": rec.errors, "empty": rec.empty, "cpu_s": time.process_time() - cpu0})
     db.dispose()
 
 
@@ -241,8 +254,10 @@ def run_phase(url: str, args: argparse.Namespace, phase: Phase) -> dict:
     pause = threading.Event()
     pause.wait(max(0.0, measured_from - time.time()))
     cpu_start = {} if sqlite else backend_cpu(url)
+    load = [os.getloadavg()[0]]  # the machine is shared: its load says how much CPU the bench could have had
     pause.wait(max(0.0, start + phase.seconds - time.time()))
     cpu_end = {} if sqlite else backend_cpu(url)
+    load.append(os.getloadavg()[0])
     parts = [results.get() for _ in procs]
     for p in procs:
         p.join()
@@ -252,8 +267,10 @@ def run_phase(url: str, args: argparse.Namespace, phase: Phase) -> dict:
     claims = sum(1 for part in parts for r in part["rows"] if r[0] == "claim" and r[1] >= measured_from)
     finished = len(by_op["finish"])
     server_cpu = sum(cpu_end[p] - cpu_start.get(p, 0.0) for p in cpu_end) if not sqlite else None
+    errors = [e for part in parts for e in part["errors"] if e[1] >= measured_from]
     return {
         "phase": phase.name, "target_rate": phase.rate, "seconds": window,
+        "load_avg_1min": load, "errors": len(errors), "error_kinds": sorted({f"{op}: {why}" for op, _, why in errors})[:5],
         "claims_per_s": claims / window, "verdicts_per_s": finished / window,
         "empty_claims": sum(part["empty"] for part in parts),
         "heartbeats_per_s": len(by_op["heartbeat"]) / window, "worker_rows_per_s": len(by_op["worker_row"]) / window,
@@ -299,8 +316,8 @@ def table(name: str, results: list[dict]) -> str:
     lines = [f"### {name}", "",
              "| phase | claims/s (target) | verdicts/s | lease renewals/s + worker rows/s | claim p50 / p99 ms "
              "| heartbeat p50 / p99 ms | verdict write p50 / p99 ms | advance p50 / p99 ms "
-             "| server CPU ms per job cycle |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| server CPU ms per job cycle | failed calls | machine load (1 min) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lat = r["latency_ms"]
         cpu = r["server_cpu_ms_per_verdict"]
@@ -310,7 +327,8 @@ def table(name: str, results: list[dict]) -> str:
             f"{lat['claim']['p50']:.1f} / {lat['claim']['p99']:.1f} | "
             f"{lat['heartbeat']['p50']:.1f} / {lat['heartbeat']['p99']:.1f} | "
             f"{lat['finish']['p50']:.1f} / {lat['finish']['p99']:.1f} | "
-            f"{lat['advance']['p50']:.1f} / {lat['advance']['p99']:.1f} | {f'{cpu:.2f}' if cpu else '-'} |")
+            f"{lat['advance']['p50']:.1f} / {lat['advance']['p99']:.1f} | {f'{cpu:.2f}' if cpu else '-'} "
+            f"| {r['errors']} | {r['load_avg_1min'][0]:.0f} -> {r['load_avg_1min'][1]:.0f} |")
     return "\n".join(lines) + "\n"
 
 
