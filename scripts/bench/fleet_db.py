@@ -270,7 +270,8 @@ def run_phase(url: str, args: argparse.Namespace, phase: Phase) -> dict:
     errors = [e for part in parts for e in part["errors"] if e[1] >= measured_from]
     return {
         "phase": phase.name, "target_rate": phase.rate, "seconds": window,
-        "load_avg_1min": load, "errors": len(errors), "error_kinds": sorted({f"{op}: {why}" for op, _, why in errors})[:5],
+        "load_avg_1min": load, "errors": len(errors),
+        "error_kinds": sorted({f"{op}: {why}" for op, _, why in errors})[:5],
         "claims_per_s": claims / window, "verdicts_per_s": finished / window,
         "empty_claims": sum(part["empty"] for part in parts),
         "heartbeats_per_s": len(by_op["heartbeat"]) / window, "worker_rows_per_s": len(by_op["worker_row"]) / window,
