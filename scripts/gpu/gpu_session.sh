@@ -25,6 +25,8 @@
 # that of the full headers: scripts/experiments/slim_header_coverage.py).
 # multi (issue 13, on a two-GPU kind): the same batch on one GPU, two GPUs in one worker, two workers with one GPU each;
 # then, here: scripts/bench/bench_multi_device.py compare on the three run folders.
+# fleet (issue 30, a two-GPU kind): scripts/gpu/fleet_spares.sh: one GPU, then two workers with a GPU each on one
+# PostgreSQL started on the host from the carried .debs (scripts/gpu/postgres_env.sh), 3 spares per GPU against 6.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
@@ -127,6 +129,8 @@ run_stages() {
                     --replicas 0 --min-candidates 30 --exclude hang.py --warm --out "$out/timeline-build"
                 stage timeline python3 scripts/bench/bench_multi_device.py run --devices cuda:0 --replicas 0 --min-candidates 30 --exclude hang.py \
                     --warm --timeout 900 --out "$out/timeline" ;;
+            fleet)  # issue 30 (a two-GPU kind): two workers on one PostgreSQL on this host, 3 spares per GPU against 6
+                stage fleet bash scripts/gpu/fleet_spares.sh "$out/fleet" ;;
             multi)  # issue 13: one batch (honest, broken, hostile; hang.py left out) on one GPU, on two GPUs in one
                     # worker, and on two worker processes with one GPU each; the build cache is filled first, once
                 local batch=(--replicas 1 --exclude hang.py --warm)

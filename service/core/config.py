@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     poll_s: float = 0.5
     """How often an idle worker looks for queued jobs. A new submission or batch wakes it at once
     (service/queue/wakeup.py); the poll catches what no wake-up announces (retries coming due) and lost ones."""
+    claim_window: int = Field(default=32, ge=0)
+    """How far a claim may reorder the queue (service.queue.order): it takes the job with the longest expected
+    device time among the first `claim_window` places of the fair order, so long jobs start first and short ones
+    fill the end of a batch on every GPU; a job is overtaken by at most claim_window - 1 jobs of its batch (or
+    submissions made after it). 0 or 1: the plain fair order. Expected times: service.queue.lengths."""
     max_attempts: int = 3
     """system_error verdicts are retried until a job has failed this many times, then stored as final."""
     retry_backoff_s: float = 30.0

@@ -10,6 +10,10 @@ Safety rests on two things:
   the first worker's late result is discarded, and `verdicts.submission_id` is unique besides:
   a verdict is recorded exactly once.
 
+The order of a claim (which ready jobs it takes) is a separate concern, service.queue.order: the fair order, or
+longest expected device time first within a bounded window of it. It chooses among the rows the one locked read
+returned, so it changes neither guarantee.
+
 A job whose lease expired while `running` (its candidate executing on the device) counts a crash
 against itself; at `max_worker_crashes` the reclaiming worker stores a final system_error that says what is
 known (its workers were lost N times while executing it) instead of judging it again: a candidate that
@@ -27,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
@@ -37,7 +41,7 @@ from sqlalchemy.orm import Session
 from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
-from service.queue import wakeup
+from service.queue import order, wakeup
 from service.queue.states import ACTIVE, BLAMED, AttemptOutcome, JobState, Outcome
 
 log = logging.getLogger(__name__)
@@ -98,29 +102,28 @@ def _end_attempt(session: Session, token: str | None, outcome: AttemptOutcome, n
 
 
 def claim(db: Database, worker_id: str, limit: int, lease_s: float,
-          held: Collection[str] = ()) -> list[Claim]:
+          held: Collection[str] = (), *, seconds: Callable[[str], float] | None = None,
+          window: int = 1) -> list[Claim]:
     """Atomically take up to `limit` ready jobs: queued ones whose backoff has passed, and jobs whose
     worker's lease expired (reclaimed; a crash if it expired while running). Interactive first, then batches in
     fair order.
 
     `held` are the claim tokens of the jobs the caller still works on. Their leases may have expired (the
     database was away longer than the lease, so no heartbeat reached it), but the caller is alive and judging
-    them: taking one back would count a crash that never happened and discard the caller's own result."""
+    them: taking one back would count a crash that never happened and discard the caller's own result.
+
+    `seconds` (a task's expected device seconds, service.queue.lengths) with `window` > 1: longest first among the
+    first `window` places of the fair order (service.queue.order, which bounds the reordering). The candidates
+    are read and locked in the same statement as before, `window` rows instead of `limit`; those not taken are
+    unlocked at commit, untouched."""
     if limit <= 0:
         return []
     now = utcnow()
-    expired = Job.state.in_(ACTIVE) & (Job.lease_expires_at < now)
-    if held:
-        expired &= Job.claim_token.not_in(list(held))
-    ready = ((Job.state == JobState.QUEUED) & (Job.not_before <= now)) | expired
-    # Fair order: interactive jobs (fair_key null) before any batch job, then batch jobs by virtual start
-    # time, which interleaves concurrent batches round-robin (service.batches.fairness); FIFO within each.
-    query = select(Job).where(ready).order_by(Job.fair_key.asc().nulls_first(), Job.id).limit(limit)
-    if not db.sqlite:
-        query = query.with_for_update(skip_locked=True, of=Job)
+    reorder = seconds is not None and window > 1
     claims: list[Claim] = []
     with db.transaction() as session:
-        for job in session.scalars(query).all():
+        candidates = _ready(session, db.sqlite, now, held, max(limit, window) if reorder else limit)
+        for job in order.longest_first(candidates, limit, seconds, window) if reorder else candidates:
             if job.state is BLAMED:  # the candidate was executing when its worker died
                 job.crashes += 1
                 _end_attempt(session, job.claim_token, AttemptOutcome.CRASHED, now)
@@ -144,6 +147,33 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
             claims.append(Claim(job.id, job.submission_id, job.task_id, sub.source, sub.source_sha256, token,
                                 job.crashes))
     return claims
+
+
+def _ready(session: Session, sqlite: bool, now: dt.datetime, held: Collection[str], n: int) -> list[Job]:
+    """The first `n` ready jobs in fair order, locked for this transaction (PostgreSQL: `FOR UPDATE SKIP LOCKED`;
+    SQLite: the transaction's write lock).
+
+    Fair order: interactive jobs (fair_key null) before any batch job, then batch jobs by virtual start time, which
+    interleaves concurrent batches round-robin (service.batches.fairness); FIFO within each. The ready jobs are read
+    as three disjoint sets, each in that order and limited to `n`, and merged: leases expired under another worker
+    (few; `lease_expires_at` is indexed), queued interactive jobs, queued batch jobs (walked in `ix_jobs_fair`
+    order). One statement over all of them cannot use an index for `fair_key NULLS FIRST, id` and sorted every ready
+    job on every claim: ~30 ms of server CPU per claim with 20,000 queued, growing with the backlog
+    (docs/results/fleet-db-cpu-2026-11-26.md)."""
+    expired = Job.state.in_(ACTIVE) & (Job.lease_expires_at < now)
+    if held:
+        expired &= Job.claim_token.not_in(list(held))
+    queued = (Job.state == JobState.QUEUED) & (Job.not_before <= now)
+    parts = [select(Job).where(expired).order_by(Job.fair_key.asc().nulls_first(), Job.id),
+             select(Job).where(queued, Job.fair_key.is_(None)).order_by(Job.id),
+             select(Job).where(queued, Job.fair_key.is_not(None)).order_by(Job.fair_key, Job.id)]
+    ready: list[Job] = []
+    for query in parts:
+        query = query.limit(n)
+        if not sqlite:
+            query = query.with_for_update(skip_locked=True, of=Job)
+        ready.extend(session.scalars(query).all())
+    return sorted(ready, key=order.fair_order)[:n]
 
 
 def heartbeat(db: Database, tokens: list[str], lease_s: float) -> set[str]:

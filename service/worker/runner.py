@@ -40,6 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from reference import TaskId
 from sandbox import PreparedCandidate, Verdict
 from service.core.config import Settings
 from service.db.models import utcnow
@@ -47,7 +48,7 @@ from service.db.session import Database
 from service.observability.logs import job_context
 from service.observability.stats import WorkerStats
 from service.queue import claims as q
-from service.queue import wakeup
+from service.queue import lengths, wakeup
 from service.queue.states import AttemptOutcome, HeldPhase, JobState, Outcome
 from service.worker import holds, lifeline, registry
 from service.worker.judging import Judge, crash_loop_verdict, judge_config, system_error
@@ -68,6 +69,8 @@ job is released (or, if even that fails, left to its lease: it is not counted as
 FAULT_PAUSE_ENV = "JUDGE_FAULT_PAUSE_AT"
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+TASK_IDS = tuple(t.value for t in TaskId)
 
 
 def _noted(_signum: int, _frame: object) -> None:
@@ -120,6 +123,8 @@ class Worker:
                                     compile_slots=self.compile_slots, devices=len(devices),
                                     record_retries_s=FINISH_RETRIES_S)
         self.watchdog = Watchdog(limits, devices=len(devices))
+        self.lengths = lengths.DeviceSeconds(list(devices))
+        """Expected device seconds per task, measured and default, and the tasks each device has run."""
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -178,10 +183,18 @@ class Worker:
 
     def _claim(self, want: int) -> list[q.Claim]:
         """Claim up to `want` jobs, never one of those this worker still holds (after a database outage longer
-        than the lease their leases have expired, but they are ours and still being judged)."""
+        than the lease their leases have expired, but they are ours and still being judged); longest expected
+        device time first within the first `claim_window` places of the fair order (service.queue.order)."""
+        try:
+            self.lengths.maybe_refresh(self.db)
+        except Exception:  # the order falls back to the figures it has; claiming must not wait on them
+            log.exception("could not read the measured device seconds")
         with self.lock:
             held = list(self.held)
-        return q.claim(self.db, self.worker_id, want, self.settings.lease_s, held=held)
+            expected = {task: self.lengths.expected(task) for task in TASK_IDS}
+        return q.claim(self.db, self.worker_id, want, self.settings.lease_s, held=held,
+                       seconds=lambda task: expected.get(task, lengths.default_seconds(task)),
+                       window=self.settings.claim_window)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -341,6 +354,9 @@ class Worker:
             verdict = system_error(claim.task_id, device, claim.source_sha256, "execute", exc)
         busy = time.monotonic() - started
         holds.ended(self.db, claim.token)
+        with self.lock:
+            self.lengths.executed(device, claim.task_id,
+                                  verdict.environment.device_name if verdict.environment else None)
         self.stats.observe("execute", busy)
         self.stats.device_busy(device, busy)
         self._finish(claim, verdict)
