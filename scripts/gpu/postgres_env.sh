@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PostgreSQL 15 on a bare GPU host, from Debian's packages, so that several workers there share the fleet's real
 # database (issue 30). The host has no network and no PostgreSQL; the .debs are fetched beforehand, where there is
-# a network, and carried in .debs/postgresql/ (scripts/fetch_device_deps.sh calls `fetch`), as bubblewrap's are.
+# a network, and carried in .debs/postgresql/ (scripts/gpu/fetch_device_deps.sh calls `fetch`), as bubblewrap's are.
 #
 #   bash scripts/gpu/postgres_env.sh fetch [DIR] [--dry-run]   # here: resolve postgresql-15's closure, download it
 #   source scripts/gpu/postgres_env.sh                          # GPU host: unpack, initdb, start; export JUDGE_PG_URL
