@@ -78,11 +78,13 @@ def _tail(text: str) -> str:
 
 def profile_candidate(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | None = None,
                       calls: int = CALLS, launch_limit: int = _ncu.LAUNCH_LIMIT,
-                      time_limit_s: float = TIME_LIMIT_S, ncu: str | None = None, seed: int | None = None) -> Profile:
+                      time_limit_s: float = TIME_LIMIT_S, ncu: str | None = None, seed: int | None = None,
+                      log_copy: Path | None = None) -> Profile:
     """Run the candidate's kernels under ncu in a sandbox of their own; the profile, or why there is none.
 
     `ncu`: the profiler's path (default: `ncu.find_ncu()`). Without one named, a CPU device gives "not
-    available on this host" at once: profiles are taken on GPU hosts."""
+    available on this host" at once: profiles are taken on GPU hosts. `log_copy`: where to keep ncu's log as
+    it was read (scripts/gpu/profile_capture.py records fixtures with it)."""
     config = config or JudgeConfig()
     gpu = torch.device(device).type == "cuda"
     if ncu is None:
@@ -119,6 +121,8 @@ def profile_candidate(prepared: PreparedCandidate, device: str, *, config: Judge
             os.unlink(prepared.build_dir / log_name)
         except OSError:
             pass
+    if log_copy is not None and log is not None:
+        log_copy.write_text(log)
     base = dict(device=device, device_name=device_name(device) if gpu else None, ncu_version=_ncu.ncu_version(ncu),
                 calls=calls, launch_limit=launch_limit, gpu_seconds=completed.duration_s if gpu else 0.0)
     return _outcome(completed, log, base, time_limit_s)
