@@ -61,8 +61,8 @@ def speedup_message(verdict: dict[str, Any], profile: str | None) -> str:
     for name, value in sorted((perf.get("speedups") or {}).items()):
         if value is not None:
             figures.append(f"{value:.3g}x {name}")
-    if perf.get("speed_of_light") is not None:
-        figures.append(f"{perf['speed_of_light']:.1%} of speed-of-light")
+    if perf.get("speed_of_light_fraction") is not None:
+        figures.append(f"{perf['speed_of_light_fraction']:.1%} of speed-of-light")
     if figures:
         parts.append("Timing: " + ", ".join(figures) + ".")
     if profile:
