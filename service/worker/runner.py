@@ -356,6 +356,8 @@ class Worker:
         the device is still this executor's alone, no ranked time is being taken, and the profile's device time
         is counted as its own stage, not as judging (`device_busy`). A candidate that did not run (it failed
         before its first forward call) has no kernels to profile."""
+        if self.stopping.is_set():  # shutting down: the profile stays pending rather than hold up the stop
+            return
         try:
             with self.db.transaction(read_only=True) as session:
                 if not profile_store.is_pending(session, claim.submission_id):
