@@ -21,6 +21,7 @@ from service import visibility
 from service.api import schemas
 from service.core.security import display_prefix, generate_key, hash_key
 from service.db.models import ApiKey, Job, Submission, VerdictRow, utcnow
+from service.profiles import store as profiles
 from service.queue import wakeup
 from service.queue.states import FINAL, PUBLIC, JobState, PublicStatus
 
@@ -121,6 +122,8 @@ def create_submission(session: Session, key: ApiKey, body: schemas.SubmissionCre
             session.add(Job(submission_id=submission.id, task_id=body.task, queued_at=submission.created_at,
                             not_before=submission.created_at))
             session.flush()
+            if body.profile:
+                profiles.request(session, [submission.id])
     except IntegrityError:
         # A concurrent request with the same idempotency key won the insert (PostgreSQL waited for it to
         # commit before raising, and READ COMMITTED lets the next statement see it): return its submission.

@@ -11,7 +11,7 @@ from service.api import errors
 from service.api.verdict_waits import VerdictWaits
 from service.api.routes import health, keys, leaderboard, submissions, tasks
 from service.api.routes import admin
-from service.api.routes import batches, rewards
+from service.api.routes import batches, profiles, rewards
 from service.observability import metrics
 from service.core.config import Settings, get_settings
 from service.db.session import Database
@@ -50,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)  # GET /metrics
     app.include_router(batches.router)  # /v1/batches (issue 8)
     app.include_router(rewards.router)  # /v1/rewards (issue 8)
+    app.include_router(profiles.router)  # GET /v1/submissions/{id}/profile (issue 28)
     app.include_router(web.router)  # the pages: /, /leaderboard/{task}, /submissions/{id}, /batches/{id} (issue 9)
     web.mount_static(app)  # /static: the pages' CSS and JS, shipped in the package
     return app

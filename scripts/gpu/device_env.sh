@@ -6,7 +6,7 @@ if ! command -v bwrap >/dev/null && [ -z "${JUDGE_BWRAP:-}" ] && ls .debs/bubble
     export JUDGE_BWRAP=/opt/judge-bwrap/usr/bin/bwrap
 fi
 # The carried set comes from scripts/gpu/fetch_device_deps.sh; fastapi imports opentelemetry at import time.
-if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import pydantic_settings, fastapi, fastapi_offline, sqlalchemy, alembic, uvicorn, opentelemetry, typer, rich, pygments, prometheus_client" 2>/dev/null; then
+if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import pydantic_settings, fastapi, fastapi_offline, sqlalchemy, alembic, uvicorn, opentelemetry, typer, rich, pygments, prometheus_client, pynvml" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /opt/judge-site .whl/*.whl 2>/dev/null
     export PYTHONPATH=/opt/judge-site${PYTHONPATH:+:$PYTHONPATH}
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run here (with network), before a GPU run: fetch what the bare GPU image lacks into the ignored folders
 # that the device call carries (carry: [".whl", ".debs", ".kernelbench"]); scripts/gpu/device_env.sh installs them there.
-# The image has torch, ninja, httpx and numpy, but not pydantic, FastAPI, SQLAlchemy or bubblewrap.
+# The image has torch, ninja, httpx and numpy, but not pydantic, FastAPI, SQLAlchemy or bubblewrap; nvidia-ml-py
+# (pynvml, for sandbox/profiling/clocks.py) is not among the packages seen there, so it is carried too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf .whl .debs && mkdir -p .whl .debs
@@ -9,7 +10,7 @@ rm -rf .whl .debs && mkdir -p .whl .debs
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl pydantic pydantic-settings fastapi fastapi-offline uvicorn sqlalchemy alembic jinja2 typer rich \
-    pygments prometheus-client typing-extensions
+    pygments prometheus-client typing-extensions nvidia-ml-py
 # Liger-Kernel (pure Python over Triton, which the image has): the fused-loss reference rows (issues 10, 12).
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl 'liger-kernel>=0.5'
 (cd .debs && apt-get download bubblewrap)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reference import all_tasks
+from sandbox.profiling.report import Profile
 from sandbox.verdict import Status, Verdict
 from service.queue.states import JobState, PublicStatus
 
@@ -100,6 +101,11 @@ PUBLIC_FIELD = ("Make the source readable by anyone (its page and GET /v1/submis
                 "or the operator's JUDGE_SOURCES_PUBLIC_AFTER passes. The verdict is public either way.")
 
 
+PROFILE_FIELD = ("Also profile its kernels with Nsight Compute once it is judged (on a GPU worker; a CPU worker "
+                 "answers \"not available on this host\"): GET /v1/submissions/{id}/profile. Never changes the "
+                 "verdict or the ranked time.")
+
+
 class SampleFields(BaseModel):
     """What describes a sample, whichever way it arrives (POST /v1/submissions, a line of a batch, an item of
     POST /v1/rewards): one definition, so every entry point refuses the same values with the same message."""
@@ -116,6 +122,7 @@ class SampleFields(BaseModel):
     tags: list[Tag] = Field(default_factory=list, max_length=32, description="Free-form labels.")
     # strict: JSON true or false only (lax mode would take 1, "yes" or "on", which the schema calls invalid).
     public: bool = Field(default=False, strict=True, description=PUBLIC_FIELD)
+    profile: bool = Field(default=False, strict=True, description=PROFILE_FIELD)
 
     @field_validator("sample_index", mode="before")
     @classmethod
@@ -323,3 +330,22 @@ class KeyCreated(KeyOut):
 class Health(BaseModel):
     status: str
     detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProfileOut(BaseModel):
+    """A submission's profile (issue 28): Nsight Compute's per-kernel figures, taken after the verdict."""
+
+    submission_id: str
+    judged_submission_id: str = Field(description="The submission whose kernels were profiled: this one, or for a "
+                                                  "batch duplicate the sample judged in its place.")
+    status: Literal["pending", "ok", "unavailable", "failed"] = Field(description=(
+        "pending: not judged or not profiled yet. ok: `profile` holds the kernels. unavailable: this worker's host "
+        "cannot profile (a CPU worker, no ncu, counters reserved) or the candidate did not run. failed: the "
+        "profiled run did not finish; `profile.reason` says how."))
+    requested_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    gpu_seconds: float | None = Field(default=None, description="Device time the profile took, apart from the "
+                                                                "judging's (never part of the ranked time).")
+    profile: Profile | None = None
+    text: str | None = Field(default=None, description="The profile as plain text for a prompt (under 1,500 "
+                                                       "characters for up to 4 kernels).")

@@ -116,6 +116,8 @@ async def submission_body(
     # "true" or "false" only: a bool parameter would also take 1, "yes" or "on", which OpenAPI calls invalid.
     public: Annotated[Literal["true", "false"] | None, Query(
         description="With a text body: `true` makes the source readable by anyone (default private).")] = None,
+    profile: Annotated[Literal["true", "false"] | None, Query(
+        description="With a text body: `true` profiles its kernels after the verdict (GET .../profile).")] = None,
     idempotency_key_query: Annotated[str | None, Query(
         alias="idempotency_key", min_length=1, max_length=200,
         description="With a text body: the idempotency key (or use the Idempotency-Key header).")] = None,
@@ -132,7 +134,8 @@ async def submission_body(
             raise invalid("with a text body, the task goes in the query string: ?task=kl_div",
                           [{"loc": ("query", "task"), "msg": "Field required"}])
         fields = {"task": task, "source": _decode(raw, "the source"), "model": model, "tags": tag or [],
-                  "sample_index": sample_index, "idempotency_key": idempotency_key_query, "public": public == "true"}
+                  "sample_index": sample_index, "idempotency_key": idempotency_key_query, "public": public == "true",
+                  "profile": profile == "true"}
         body = _validated(fields, "query")
     elif content_type == "application/json":
         _decode(raw, "the request body")

@@ -31,6 +31,7 @@ from service.batches.schemas import (
     Sample,
 )
 from service.db.models import ApiKey, Batch, Job, Submission, VerdictRow, new_id, utcnow
+from service.profiles import store as profiles
 from service.queue import wakeup
 from service.queue.states import FINAL, JobState
 
@@ -148,6 +149,9 @@ def create_batch(session: Session, key: ApiKey, samples: list[tuple[int, Sample]
         created.samples.append(Admitted(line, sub_id, original, key_))
     session.execute(insert(Submission), subs)
     session.execute(insert(Job), jobs)
+    # A sample judged in another's place is profiled there: the judged sample's row answers for both.
+    profiles.request(session, [a.duplicate_of or a.submission_id for a, (_, s) in zip(created.samples, good)
+                               if s.profile])
     batch.duplicates = created.duplicates
     session.flush()
     wakeup.announce(session)

@@ -41,11 +41,15 @@ def generate(task: Annotated[str, typer.Option(help="Task id, e.g. kl_div.")],
              name: Annotated[str | None, typer.Option(help="Batch name prefix (turn t is <name>/turn-t).")] = None,
              concurrency: Annotated[int, typer.Option(min=1, help="Model requests in flight.")] = 8,
              poll: Annotated[float, typer.Option(help="Seconds between batch polls.")] = 1.0,
+             profile: Annotated[bool, typer.Option("--profile", help=(
+                 "Profile every sample with Nsight Compute (GPU workers) and give the model its profile in the "
+                 "next turn; correct kernels then get a turn too, asked to be made faster."))] = False,
              url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
     """Prompt a model with the task, judge its samples as a batch, and feed each failure's diagnosis back
     for up to --turns refinement turns. Every turn is stored, linked to the turn it refines."""
     config = GenerationConfig(task=task, model=model, samples=samples, turns=turns, temperature=temperature,
-                              max_tokens=max_tokens, top_p=top_p, name=name, concurrency=concurrency, poll_s=poll)
+                              max_tokens=max_tokens, top_p=top_p, name=name, concurrency=concurrency, poll_s=poll,
+                              profile=profile)
     chat = ChatClient(base_url=base_url, api_key=api_key)
 
     def on_turn(summary: TurnSummary) -> None:

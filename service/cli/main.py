@@ -3,6 +3,7 @@
     kernel-judge serve                          API + one local worker, SQLite under ./data (one machine)
     kernel-judge worker                         a standalone worker for DATABASE_URL (any machine, any GPUs)
     kernel-judge submit kernel.py --task kl_div --wait
+    kernel-judge profile ID                     its Nsight Compute profile, when sent with --profile
     kernel-judge batch samples.jsonl --watch    a live progress bar, then the metrics table
     kernel-judge generate --task kl_div --model M --samples 8 --turns 2
 
@@ -41,6 +42,7 @@ app.add_typer(ops.keys, name="keys", rich_help_panel=SERVICE)
 
 app.command(rich_help_panel=CLIENT)(submissions.submit)
 app.command(rich_help_panel=CLIENT)(submissions.status)
+app.command(rich_help_panel=CLIENT)(submissions.profile)
 app.command(rich_help_panel=CLIENT)(submissions.tasks)
 app.command(rich_help_panel=CLIENT)(submissions.prompt)
 app.command(rich_help_panel=CLIENT)(submissions.leaderboard)

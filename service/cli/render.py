@@ -228,3 +228,35 @@ def submission_table(sub: models.Submission) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _na(value: float | None, fmt: str = "{:.2f}") -> str:
+    """A profile's figure: "n/a" where ncu gave none (never "-" or 0: the reader must see it was not measured)."""
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _dims(value: list[int] | None) -> str:
+    return "n/a" if not value else "x".join(str(v) for v in value)
+
+
+def profile_table(found: models.SubmissionProfile) -> Group | Text:
+    """A profile's kernels, one row each (n/a where ncu gave no value), under its status line."""
+    head = Text.assemble(("profile ", "bold"), (found.status, "green" if found.status == "ok" else "yellow"),
+                         f": {found.reason}" if found.reason and found.status != "ok" else "",
+                         f"  ({found.gpu_seconds:.1f} s of device time)" if found.gpu_seconds else "")
+    kernels = found.kernels
+    if not kernels:
+        return head
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("kernel", "launches", "time (us)", "DRAM TB/s", "DRAM % peak", "SM %", "occupancy %",
+                   "regs", "smem/block", "grid", "block", "top stalls"):
+        table.add_column(column, overflow="fold")
+    for k in sorted(kernels, key=lambda k: -(k.duration_ns or 0.0)):
+        stalls = ", ".join(f"{s['reason']} {s['share_pct']:.0f}%" for s in k.stalls) or "n/a"
+        table.add_row(k.name.split("(")[0][:60], str(k.launches), _na(None if k.duration_ns is None
+                                                                      else k.duration_ns / 1e3, "{:.1f}"),
+                      _na(None if k.dram_bytes_per_s is None else k.dram_bytes_per_s / 1e12),
+                      _na(k.dram_pct_of_peak, "{:.1f}"), _na(k.sm_pct_of_peak, "{:.1f}"),
+                      _na(k.achieved_occupancy_pct, "{:.1f}"), _na(k.registers_per_thread, "{:d}"),
+                      _na(k.shared_bytes_per_block, "{:d}"), _dims(k.grid), _dims(k.block), stalls)
+    return Group(head, table)

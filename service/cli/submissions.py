@@ -29,13 +29,15 @@ def submit(file: Annotated[Path, typer.Argument(help="The candidate (a module or
            idempotency_key: Annotated[str | None, typer.Option(help="Resubmitting with it returns the first.")] = None,
            public: Annotated[bool, typer.Option("--public", help="Let anyone read its source (private by default; "
                                                 "PATCH /v1/submissions/ID can change it later).")] = False,
+           profile: Annotated[bool, typer.Option("--profile", help="Also profile its kernels with Nsight Compute "
+                                                 "after the verdict (GPU workers): kernel-judge profile ID.")] = False,
            wait: Annotated[bool, typer.Option("--wait", help="Follow it until judged; exit 1 unless correct.")] = False,
            timeout: Annotated[float | None, typer.Option(help="With --wait: give up after this many seconds.")] = None,
            url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
     """Submit one candidate; prints its id (and with --wait the line `status: diagnosis`)."""
     text = sys.stdin.read() if str(file) == "-" else _read(file)
     with client(url, key) as judge:
-        fields = {"public": True} if public else {}
+        fields = {name: True for name, asked in (("public", public), ("profile", profile)) if asked}
         accepted = judge.submit(task, text, model=model, tags=tag or [], idempotency_key=idempotency_key, **fields)
         if not wait:
             print_json(accepted) if as_json else typer.echo(accepted.id)
@@ -70,6 +72,24 @@ def status(ident: Annotated[str, typer.Argument(metavar="ID", help="A submission
             print_json(batch) if as_json else out.print(render.batch_table(batch))
             return
     print_json(sub) if as_json else out.print(render.submission_table(sub))
+
+
+def profile(ident: Annotated[str, typer.Argument(metavar="ID", help="A submission sent with --profile.")],
+            wait: Annotated[bool, typer.Option("--wait", help="Wait while the profile is pending.")] = False,
+            timeout: Annotated[float | None, typer.Option(help="With --wait: give up after this many seconds.")] = None,
+            text: Annotated[bool, typer.Option("--text", help="Print the plain text a model is given instead "
+                                               "of the table.")] = False,
+            url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
+    """Show a submission's Nsight Compute profile: per kernel, time, DRAM and SM throughput, occupancy,
+    registers, shared memory, grid and block, top warp stalls. Exit 5 when none was asked for."""
+    with client(url, key) as judge:
+        found = judge.wait_profile(ident, timeout=timeout) if wait else judge.profile(ident)
+    if as_json:
+        print_json(found)
+    elif text:
+        typer.echo(found.text or f"profile {found.status}")
+    else:
+        out.print(render.profile_table(found))
 
 
 def tasks(url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:

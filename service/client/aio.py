@@ -92,6 +92,10 @@ class AsyncJudgeClient:
     async def source(self, submission_id: str) -> str:
         return await self._call(calls.source(submission_id))
 
+    async def profile(self, submission_id: str) -> models.SubmissionProfile:
+        """The Nsight Compute profile asked for with `profile=True` (NotFound when none was)."""
+        return await self._call(calls.profile(submission_id))
+
     async def wait(self, submission_id: str, *, timeout: float | None = None, poll_s: float = 0.5
                    ) -> models.Submission:
         deadline = None if timeout is None else time.monotonic() + timeout

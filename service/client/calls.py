@@ -120,10 +120,12 @@ def _list(cls: type[models.BaseModel]) -> Callable[[httpx.Response], Any]:
 
 def submit(task: str, source: str, *, model: str | None = None, sample_index: int | None = None,
            sampling: Mapping[str, Any] | None = None, tags: Iterable[str] = (),
-           idempotency_key: str | None = None, public: bool = False) -> Call:
+           idempotency_key: str | None = None, public: bool = False, profile: bool = False) -> Call:
     body: dict[str, Any] = {"task": task, "source": source, "tags": list(tags)}
     if public:
         body["public"] = True
+    if profile:
+        body["profile"] = True
     for name, value in (("model", model), ("sample_index", sample_index), ("idempotency_key", idempotency_key)):
         if value is not None:
             body[name] = value
@@ -150,6 +152,10 @@ def _items(response: httpx.Response, cls: type[models.BaseModel]) -> list:
     body = response.json()
     items = body.get("items", body.get("submissions", [])) if isinstance(body, dict) else body
     return [cls.model_validate(item) for item in items]
+
+
+def profile(submission_id: str) -> Call:
+    return Call("GET", f"/v1/submissions/{submission_id}/profile", _model(models.SubmissionProfile))
 
 
 def source(submission_id: str) -> Call:

@@ -47,6 +47,42 @@ class Verdict(_View):
         return (self.performance or {}).get("speedups", {}).get(baseline)
 
 
+class KernelProfile(_View):
+    """One kernel of a profile (sandbox.profiling.report.KernelProfile); None where ncu gave no value."""
+
+    name: str
+    launches: int = 1
+    duration_ns: float | None = None
+    dram_bytes_per_s: float | None = None
+    dram_pct_of_peak: float | None = None
+    sm_pct_of_peak: float | None = None
+    achieved_occupancy_pct: float | None = None
+    registers_per_thread: int | None = None
+    shared_bytes_per_block: int | None = None
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    stalls: list[dict[str, Any]] = Field(default_factory=list)
+    unavailable: list[str] = Field(default_factory=list)
+
+
+class SubmissionProfile(_View):
+    """GET /v1/submissions/{id}/profile: `status` pending, ok, unavailable or failed; `text` for a prompt."""
+
+    submission_id: str
+    status: str
+    gpu_seconds: float | None = None
+    profile: dict[str, Any] | None = None
+    text: str | None = None
+
+    @property
+    def kernels(self) -> list[KernelProfile]:
+        return [KernelProfile(**k) for k in (self.profile or {}).get("kernels", [])]
+
+    @property
+    def reason(self) -> str | None:
+        return (self.profile or {}).get("reason")
+
+
 class SubmissionAccepted(_View):
     id: str
     status: str

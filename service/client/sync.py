@@ -111,7 +111,7 @@ class JudgeClient:
 
     def submit(self, task: str, source: str, **fields: Any) -> models.SubmissionAccepted:
         """Queue one candidate (a module or a raw completion). Fields: model, sample_index, sampling, tags,
-        idempotency_key, public."""
+        idempotency_key, public, profile."""
         return self._call(calls.submit(task, source, **fields))
 
     def publish(self, submission_id: str, public: bool = True) -> models.Submission:
@@ -127,6 +127,22 @@ class JudgeClient:
 
     def source(self, submission_id: str) -> str:
         return self._call(calls.source(submission_id))
+
+    def profile(self, submission_id: str) -> models.SubmissionProfile:
+        """The Nsight Compute profile asked for with `profile=True` (NotFound when none was)."""
+        return self._call(calls.profile(submission_id))
+
+    def wait_profile(self, submission_id: str, *, timeout: float | None = None,
+                     poll_s: float = 1.0) -> models.SubmissionProfile:
+        """Poll until the profile is no longer pending."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            found = self.profile(submission_id)
+            if found.status != "pending":
+                return found
+            if deadline is not None and time.monotonic() > deadline:
+                raise WaitTimeout(f"the profile of submission {submission_id} is still pending after {timeout:g} s")
+            self._sleep(poll_s)
 
     def wait(self, submission_id: str, *, timeout: float | None = None, poll_s: float = 0.5,
              on_update: Callable[[models.Submission], None] | None = None) -> models.Submission:

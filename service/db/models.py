@@ -259,3 +259,25 @@ class WorkerRow(Base):
     current_jobs: Mapped[list[Any]] = mapped_column(default=list)
     """[{job_id, submission_id, task_id, phase (HeldPhase), since}] as of the last heartbeat."""
     stats: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class ProfileRow(Base):
+    """A profile asked for with a submission (`profile: true`, migration 0009, service/profiles): Nsight Compute
+    run on the candidate's kernels after its verdict, on a GPU worker. Advisory: it never changes the verdict or
+    the ranked time, and its device seconds are its own (`gpu_seconds`), not the judging's."""
+
+    __tablename__ = "profiles"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"), unique=True)
+    """The judged submission (for a batch duplicate, the sample judged in its place)."""
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    """pending, then ok, unavailable or failed (sandbox.profiling.report.ProfileStatus)."""
+    requested_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None]
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    gpu_seconds: Mapped[float | None] = mapped_column(Float)
+    profile: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """sandbox.profiling.report.Profile, `model_dump(mode="json")`."""
+    text: Mapped[str | None] = mapped_column(Text)
+    """The profile rendered for a prompt (sandbox.profiling.render), what `generate` feeds back."""

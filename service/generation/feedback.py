@@ -17,8 +17,10 @@ _ASK = ("Fix the problem and reply with the complete corrected code: one ```pyth
         "`class ModelNew(nn.Module)`, with the same inputs and outputs as the reference `Model`.")
 
 
-def feedback_message(verdict: dict[str, Any] | None, *, diagnosis: str | None = None) -> str:
-    """The refinement prompt for one judged sample (the verdict as the API returns it)."""
+def feedback_message(verdict: dict[str, Any] | None, *, diagnosis: str | None = None,
+                     profile: str | None = None) -> str:
+    """The refinement prompt for one judged sample (the verdict as the API returns it). `profile`: its Nsight
+    Compute profile as text (sandbox.profiling.render), placed after the diagnosis, which matters more."""
     verdict = verdict or {}
     status = verdict.get("status", "unknown")
     parts = [f"The judge rejected your kernel: {status}."]
@@ -40,9 +42,37 @@ def feedback_message(verdict: dict[str, Any] | None, *, diagnosis: str | None = 
     exception = details.get("exception") or details.get("traceback")
     if exception and status in ("runtime_error", "timeout", "incorrect"):
         parts.append("Exception:\n```\n" + _tail(str(exception)) + "\n```")
+    if profile:
+        parts.append(profile.strip())
     parts.append(_ASK)
     message = "\n\n".join(parts)
     return message if len(message) <= MAX_CHARS else message[:MAX_CHARS - len(_ASK) - 8] + "\n...\n\n" + _ASK
+
+
+def speedup_message(verdict: dict[str, Any], profile: str | None) -> str:
+    """The next prompt for a correct kernel when profiles were asked for (`generate --profile`): its time and
+    speedups, its profile, and the request to make it faster while keeping it correct."""
+    perf = verdict.get("performance") or {}
+    candidate = perf.get("candidate") or {}
+    parts = ["The judge accepted your kernel: correct."]
+    figures = []
+    if candidate.get("median_ms") is not None:
+        figures.append(f"median {candidate['median_ms']:.4g} ms")
+    for name, value in sorted((perf.get("speedups") or {}).items()):
+        if value is not None:
+            figures.append(f"{value:.3g}x {name}")
+    if perf.get("speed_of_light_fraction") is not None:
+        figures.append(f"{perf['speed_of_light_fraction']:.1%} of speed-of-light")
+    if figures:
+        parts.append("Timing: " + ", ".join(figures) + ".")
+    if profile:
+        parts.append(profile.strip())
+    parts.append(_FASTER)
+    return "\n\n".join(parts)[:MAX_CHARS]
+
+
+_FASTER = ("Make it faster while keeping it correct, and reply with the complete code: one ```python block "
+           "defining `class ModelNew(nn.Module)`, with the same inputs and outputs as the reference `Model`.")
 
 
 def _error_lines(log: str) -> str:

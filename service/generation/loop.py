@@ -18,7 +18,8 @@ from typing import Any
 
 from service.client import JudgeClient, models
 from service.generation.chat import ChatClient, ChatError
-from service.generation.feedback import feedback_message
+from service.client.errors import NotFound, WaitTimeout
+from service.generation.feedback import feedback_message, speedup_message
 
 
 @dataclass
@@ -38,6 +39,11 @@ class GenerationConfig:
     poll_s: float = 1.0
     timeout_s: float | None = None
     """Longest wait for one turn's batch."""
+    profile: bool = False
+    """Ask for each sample's Nsight Compute profile (GPU workers) and put its text in the next turn's message.
+    A correct kernel then gets a next turn too: its time and profile, and the request to make it faster."""
+    profile_timeout_s: float = 600.0
+    """Longest wait for one sample's profile once its verdict is in (the worker takes it after the verdict)."""
 
     def sampling(self) -> dict[str, Any]:
         values = {"temperature": self.temperature, "max_tokens": self.max_tokens, "top_p": self.top_p}
@@ -60,7 +66,8 @@ class Conversation:
 
     @property
     def solved(self) -> bool:
-        return bool(self.statuses) and self.statuses[-1] == "correct"
+        """A correct kernel in some turn (with --profile a correct conversation goes on, to be made faster)."""
+        return "correct" in self.statuses
 
     @property
     def parent_id(self) -> str | None:
@@ -105,10 +112,11 @@ def run_generation(config: GenerationConfig, judge: JudgeClient, chat: ChatClien
         report.turns.append(summary)
         if on_turn:
             on_turn(summary)
-        active = [c for c in answered if not c.solved and c.statuses[-1] != "rejected"]
+        ends = {"rejected"} if config.profile else {"rejected", "correct"}
+        active = [c for c in answered if c.statuses[-1] not in ends]
         if not active or turn == config.turns:
             break
-        _add_feedback(judge, active)
+        _add_feedback(judge, active, config)
     return report
 
 
@@ -141,6 +149,8 @@ def _judge_turn(config: GenerationConfig, judge: JudgeClient, turn: int, answere
                                   "turn": turn, "metadata": {"conversation": conv.index, "turn": turn}}
         if conv.parent_id is not None:
             sample["parent_id"] = conv.parent_id
+        if config.profile:
+            sample["profile"] = True
         samples.append(sample)
     name = f"{config.name or config.task + '/' + config.model}/turn-{turn}"
     accepted = judge.create_batch(samples, name=name)
@@ -162,11 +172,25 @@ def _judge_turn(config: GenerationConfig, judge: JudgeClient, turn: int, answere
                        solved_total=0)
 
 
-def _add_feedback(judge: JudgeClient, active: list[Conversation]) -> None:
-    """The diagnosis of each non-correct verdict becomes the next user message of its conversation."""
+def _add_feedback(judge: JudgeClient, active: list[Conversation], config: GenerationConfig) -> None:
+    """The diagnosis of each non-correct verdict becomes the next user message of its conversation; with
+    `config.profile`, so does its profile's text, and a correct kernel is asked to be made faster."""
     for conv in active:
         if conv.parent_id is None:
             continue
         verdict = judge.submission(conv.judged_ids[-1]).verdict
-        conv.messages.append({"role": "user", "content": feedback_message(
-            verdict.model_dump(mode="json") if verdict is not None else {"status": conv.statuses[-1]})})
+        judged = verdict.model_dump(mode="json") if verdict is not None else {"status": conv.statuses[-1]}
+        profile = _profile_text(judge, conv.judged_ids[-1], config) if config.profile else None
+        content = (speedup_message(judged, profile) if judged.get("status") == "correct"
+                   else feedback_message(judged, profile=profile))
+        conv.messages.append({"role": "user", "content": content})
+
+
+def _profile_text(judge: JudgeClient, submission_id: str, config: GenerationConfig) -> str | None:
+    """The profile's text when one was taken; None while none exists (a CPU worker: "not available"), so the
+    model is not told about tools it has no use for."""
+    try:
+        found = judge.wait_profile(submission_id, timeout=config.profile_timeout_s, poll_s=config.poll_s)
+    except (NotFound, WaitTimeout):
+        return None
+    return found.text if found.status == "ok" else None

@@ -15,9 +15,11 @@ BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.
 """Upper bounds of the stage-duration histograms: a cached CPU build takes ~0.1 s, a fresh CUDA build ~60 s,
 a compile timeout is 300 s; the +Inf bucket is implied (the count)."""
 
-STAGES = ("compile", "device_wait", "execute", "record")
+STAGES = ("compile", "device_wait", "execute", "record", "profile")
 """compile: sandbox.prepare; device_wait: compiled until a device took it; execute: sandbox.execute;
-record: writing the result (finish), retries while the database is away included."""
+record: writing the result (finish), retries while the database is away included; profile: the device time of
+a profile asked for with the submission (service/profiles), taken after the verdict and never counted as
+judging (`device_busy`)."""
 
 
 class WorkerStats:

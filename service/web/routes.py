@@ -19,10 +19,12 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from reference import UnknownTask, all_tasks, get_task
+from sandbox.profiling.report import Profile
 from service import crud, ranking, visibility
 from service.rankable import Rankable
 from service.api.deps import ReadSessionDep, SettingsDep
 from service.db.models import Submission
+from service.profiles import store as profile_store
 from service.web import batch, measured, plots
 from service.web.highlight import source_html
 from service.web.render import BASELINES, baseline_order, page
@@ -133,7 +135,13 @@ def submission(request: Request, submission_id: str, session: ReadSessionDep, se
     source = row.source if access is not visibility.SourceAccess.PRIVATE else None
     verdict = view.verdict
     failed = next((t for t in verdict.trials if not t.passed), None) if verdict else None
+    found = profile_store.for_submission(session, submission_id)
+    profile_row = found[1] if found else None
+    profile_data = Profile(**profile_row.profile) if profile_row is not None and profile_row.profile else None
     return page(request, "submission.html", sub=view, verdict=verdict, failed_trial=failed,
+                profile=profile_row, profile_data=profile_data,
+                profile_kernels=sorted(profile_data.kernels, key=lambda k: -(k.duration_ns or 0.0))
+                if profile_data else [],
                 source=source_html(source) if source is not None else None,
                 source_lines=len(source.splitlines()) if source is not None else 0,
                 access=access.value, public_after=public_after,

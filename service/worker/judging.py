@@ -18,6 +18,8 @@ from typing import Protocol
 
 import sandbox
 from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict
+from sandbox.profiling.report import Profile
+from sandbox.profiling.run import profile_candidate
 from sandbox.warm import WarmPool
 from service.core.config import JudgeMode, Settings
 
@@ -28,6 +30,10 @@ class Judge(Protocol):
     def prepare(self, task_id: str, source: str, *, target: str) -> PreparedCandidate | Verdict: ...
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict: ...
+
+    def profile(self, prepared: PreparedCandidate, device: str) -> Profile:
+        """After the verdict, when its submitter asked: the candidate's kernels under Nsight Compute, in a child
+        of their own (sandbox.profiling.run); on a CPU device "not available on this host"."""
 
     def open(self, devices: list[str]) -> None:
         """Before the first job: set up what executing on these devices needs (the pre-started children)."""
@@ -74,6 +80,9 @@ class SandboxJudge:
         child = self.pool.acquire(device, prepared.task_id) if self.pool is not None else None
         return sandbox.execute(prepared, device, config=self.config, child=child)
 
+    def profile(self, prepared: PreparedCandidate, device: str) -> Profile:
+        return profile_candidate(prepared, device, config=self.config)
+
     def open(self, devices: list[str]) -> None:
         if self.pool is not None:
             return
@@ -103,6 +112,10 @@ class CompileOnlyJudge(SandboxJudge):
                        imports=prepared.imports, compile_log=prepared.compile_log,
                        diagnosis="compile-only judge (load testing): compiled, NOT run, NOT checked, NOT timed",
                        details={"judge_mode": self.mode, "executed": False})
+
+    def profile(self, prepared: PreparedCandidate, device: str) -> Profile:
+        return Profile(status="unavailable", reason="not available: the compile-only judge runs no candidate",
+                       device=device)
 
 
 def make_judge(settings: Settings) -> Judge:

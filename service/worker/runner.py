@@ -41,12 +41,14 @@ import time
 from dataclasses import dataclass, field
 
 from reference import TaskId
-from sandbox import PreparedCandidate, Verdict
+from sandbox import PreparedCandidate, Status, Verdict
+from sandbox.profiling.report import Profile
 from service.core.config import Settings
 from service.db.models import utcnow
 from service.db.session import Database
 from service.observability.logs import job_context
 from service.observability.stats import WorkerStats
+from service.profiles import store as profile_store
 from service.queue import claims as q
 from service.queue import lengths, wakeup
 from service.queue.states import AttemptOutcome, HeldPhase, JobState, Outcome
@@ -71,6 +73,8 @@ FAULT_PAUSE_ENV = "JUDGE_FAULT_PAUSE_AT"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 TASK_IDS = tuple(t.value for t in TaskId)
+PROFILED = frozenset({Status.CORRECT, Status.INCORRECT})
+"""Verdicts whose candidate ran its forward calls to the end: the ones with kernels worth profiling."""
 
 
 def _noted(_signum: int, _frame: object) -> None:
@@ -359,7 +363,31 @@ class Worker:
                                   verdict.environment.device_name if verdict.environment else None)
         self.stats.observe("execute", busy)
         self.stats.device_busy(device, busy)
-        self._finish(claim, verdict)
+        if self._finish(claim, verdict) is Outcome.VERDICT:
+            self._profile(claim, prepared, device, verdict)
+
+    def _profile(self, claim: q.Claim, prepared: PreparedCandidate, device: str, verdict: Verdict) -> None:
+        """The profile its submitter asked for (service/profiles), on this device, after the verdict is stored:
+        the device is still this executor's alone, no ranked time is being taken, and the profile's device time
+        is counted as its own stage, not as judging (`device_busy`). A candidate that did not run (it failed
+        before its first forward call) has no kernels to profile."""
+        if self.stopping.is_set():  # shutting down: the profile stays pending rather than hold up the stop
+            return
+        try:
+            with self.db.transaction(read_only=True) as session:
+                if not profile_store.is_pending(session, claim.submission_id):
+                    return
+            if verdict.status in PROFILED:
+                result = self.judge.profile(prepared, self.sandbox_devices[device])
+            else:
+                result = Profile(status="unavailable", reason=f"not profiled: the candidate was not run to the end "
+                                 f"of its timing (verdict: {verdict.status.value})", device=device)
+            self.stats.observe("profile", result.gpu_seconds)
+            with self.db.transaction() as session:
+                profile_store.record(session, claim.submission_id, result, self.worker_id)
+            log.info("job %s: profile %s (%.1f s on %s)", claim.job_id, result.status, result.gpu_seconds, device)
+        except Exception:  # a bug of ours, or the database away: the verdict stands, the profile stays pending
+            log.exception("job %s: profiling failed", claim.job_id)
 
     # --- outcomes ----------------------------------------------------------------------------------
 
@@ -384,7 +412,7 @@ class Worker:
         heartbeating it, so its lease expires and another worker takes it without blaming the candidate."""
         self._release(claim)
 
-    def _finish(self, claim: q.Claim, verdict: Verdict, *, final: bool = False) -> None:
+    def _finish(self, claim: q.Claim, verdict: Verdict, *, final: bool = False) -> Outcome:
         self._phase(claim, HeldPhase.RECORDING)
         started = time.monotonic()
         outcome = Outcome.LOST
@@ -403,6 +431,21 @@ class Worker:
         log.info("job %s: %s (%s)%s", claim.job_id, verdict.status.value, outcome.value,
                  "" if outcome is not Outcome.LOST else ": the job was reclaimed by another worker; result discarded",
                  extra={"verdict": verdict.status.value, "outcome": outcome.value})
+        if outcome is Outcome.VERDICT and verdict.status not in PROFILED:
+            self._not_profiled(claim, verdict)
+        return outcome
+
+    def _not_profiled(self, claim: q.Claim, verdict: Verdict) -> None:
+        """A final verdict that ran no kernel to profile (a compile error, a policy breach at the static checks):
+        a profile asked for says so rather than staying pending."""
+        try:
+            with self.db.transaction() as session:
+                if profile_store.is_pending(session, claim.submission_id):
+                    profile_store.record(session, claim.submission_id, Profile(
+                        status="unavailable", reason="not profiled: the candidate was not run to the end of its "
+                        f"timing (verdict: {verdict.status.value})"), self.worker_id)
+        except Exception:  # the verdict stands; the profile stays pending
+            log.exception("job %s: recording that no profile was taken failed", claim.job_id)
 
     def _release(self, claim: q.Claim) -> None:
         try:

@@ -1,0 +1,202 @@
+"""Rules over a recorded kernel trace (issue 28): every kernel, memcpy and memset of the child's life, checked
+against the windows the timing knows about.
+
+A trace is a list of `Record`s (kind, name, stream, start/end in ns, grid, block, bytes) and a list of `Window`s:
+each timed call's window, and the harness's own windows (making a call's inputs, checking its output), named by
+annotations the harness emits (`judge/timed/<i>`, `judge/harness/<what>`). The rules are pure functions:
+
+(a) `outside_windows`: during the timing phase (from the first timed window's start to the last one's end), device
+    work that is not inside a timed or harness window, or that is inside a timed window on a stream the timing did
+    not see, is refused (a side stream or thread doing work the events around the calls may not bracket, or work
+    deferred past a call's window);
+(b) `differing_calls`: timed calls whose kernels (name, grid, block, in order) differ from the most common
+    sequence are flagged (a candidate that behaves differently once it knows it is timed);
+(c) `per_call`: launches, memcpy/memset count, bytes moved and kernel time of each timed call.
+
+`parse_chrome_trace` reads torch's profiler (kineto) export: `{"traceEvents": [...]}`, complete events
+(`"ph": "X"`) with `ts`/`dur` in microseconds, categories `kernel`, `gpu_memcpy`, `gpu_memset` (args `stream`,
+`grid`, `block`, `bytes`) and `gpu_user_annotation` (the GPU-side span of a `record_function` range: the
+windows). Times are read exactly (kineto writes epoch-based microseconds with three decimals, or times
+relative to `baseTimeNanoseconds`).
+
+Recording it out of the candidate's reach (not wired here; see docs/threat-model.md): CUPTI runs inside the
+process it observes, so a candidate's native code can disable or unsubscribe it. The recommendation is a CUPTI
+activity recorder the judge injects before Python starts (CUDA_INJECTION64_PATH names a judge-built library,
+read-only in the sandbox, that enables kernel/memcpy/memset activity records at CUDA initialisation and streams
+them to a pipe the launcher opened), plus canaries: the harness launches a tiny marker kernel with a per-run
+random name at the start and end of every window, and a trace in which any marker is missing, out of order or
+duplicated is tampering. Torch's profiler (kineto) inside the child is CUPTI too, already started by the judge
+before the import (the run-time operator tripwires), so it is the cheaper first step; the canaries make both
+tamper-evident, which is what the judge needs: it never has to trust the record, only notice that it was cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from decimal import Decimal
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["kernel", "memcpy", "memset"]
+TIMED = "judge/timed/"
+HARNESS = "judge/harness/"
+_CATEGORIES: dict[str, Kind] = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+MAX_TRACE_BYTES = 256 << 20
+"""A child's whole life at the official size: tens of thousands of records, a few MiB of JSON each 10,000."""
+
+
+class TraceParseError(ValueError):
+    """Not a chrome trace torch's profiler writes (no traceEvents list, events without times)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    kind: Kind
+    name: str
+    stream: int
+    start_ns: int
+    end_ns: int
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    bytes: int = 0
+    """memcpy/memset: bytes moved (0 for a kernel: its traffic is not in the trace)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    label: str
+    """`judge/timed/<i>` or `judge/harness/<what>`."""
+    start_ns: int
+    end_ns: int
+
+    @property
+    def timed(self) -> bool:
+        return self.label.startswith(TIMED)
+
+    def holds(self, record: Record) -> bool:
+        return self.start_ns <= record.start_ns and record.end_ns <= self.end_ns
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    """"outside_windows", "unseen_stream" or "differing_call"."""
+    message: str
+    records: tuple[Record, ...] = ()
+
+
+@dataclass
+class CallSummary:
+    window: str
+    launches: int = 0
+    copies: int = 0
+    bytes_moved: int = 0
+    kernel_ns: int = 0
+    kernels: list[tuple[str, tuple[int, int, int] | None, tuple[int, int, int] | None]] = field(default_factory=list)
+
+
+def _ns(us: Any) -> int:
+    """Microseconds (read as Decimal: a float of an epoch-based time in us has no room for its ns) -> ns."""
+    return int((Decimal(str(us)) * 1000).to_integral_value())
+
+
+def _dim3(value: Any) -> tuple[int, int, int] | None:
+    if isinstance(value, list) and len(value) == 3 and all(isinstance(v, int) for v in value):
+        return (value[0], value[1], value[2])
+    return None
+
+
+def parse_chrome_trace(text: str) -> tuple[list[Record], list[Window]]:
+    """torch.profiler's `export_chrome_trace` JSON -> device records (by start time) and the judge's windows."""
+    if len(text) > MAX_TRACE_BYTES:
+        raise TraceParseError(f"the trace is over {MAX_TRACE_BYTES} bytes")
+    try:
+        events = json.loads(text, parse_float=Decimal)["traceEvents"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TraceParseError(f"not a chrome trace: {exc}") from None
+    if not isinstance(events, list):
+        raise TraceParseError("traceEvents is not a list")
+    records, windows = [], []
+    for event in events:
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        cat, name, args = event.get("cat"), str(event.get("name", "")), event.get("args") or {}
+        try:
+            start, end = _ns(event["ts"]), _ns(event["ts"]) + _ns(event["dur"])
+        except (KeyError, TypeError, ValueError, ArithmeticError):
+            raise TraceParseError(f"event {name!r} has no ts/dur") from None
+        if cat in _CATEGORIES:
+            records.append(Record(kind=_CATEGORIES[cat], name=name, stream=int(args.get("stream", -1)),
+                                  start_ns=start, end_ns=end, grid=_dim3(args.get("grid")),
+                                  block=_dim3(args.get("block")), bytes=int(args.get("bytes", 0) or 0)))
+        elif cat == "gpu_user_annotation" and name.startswith((TIMED, HARNESS)):
+            windows.append(Window(name, start, end))
+    records.sort(key=lambda r: (r.start_ns, r.end_ns))
+    windows.sort(key=lambda w: w.start_ns)
+    return records, windows
+
+
+def timing_span(windows: list[Window]) -> tuple[int, int] | None:
+    timed = [w for w in windows if w.timed]
+    return (min(w.start_ns for w in timed), max(w.end_ns for w in timed)) if timed else None
+
+
+def outside_windows(records: list[Record], windows: list[Window], timed_streams: set[int]) -> list[Finding]:
+    """Rule (a): device work during the timing phase outside every window, or in a timed window on a stream the
+    timing did not see."""
+    span = timing_span(windows)
+    if span is None:
+        return []
+    during = [r for r in records if r.end_ns > span[0] and r.start_ns < span[1]]
+    stray = tuple(r for r in during if not any(w.holds(r) for w in windows))
+    strays = {id(r) for r in stray}
+    unseen = tuple(r for r in during if id(r) not in strays and r.stream not in timed_streams
+                   and any(w.timed and w.holds(r) for w in windows))
+    findings = []
+    if stray:
+        findings.append(Finding("outside_windows", f"{len(stray)} device operation(s) ran during the timing phase "
+                                f"outside every timed call and harness step, the first: {stray[0].kind} "
+                                f"{stray[0].name!r} on stream {stray[0].stream}", stray))
+    if unseen:
+        streams = sorted({r.stream for r in unseen})
+        findings.append(Finding("unseen_stream", f"{len(unseen)} device operation(s) of timed calls ran on stream(s) "
+                                f"{streams}, which the timing did not see (it saw {sorted(timed_streams)})", unseen))
+    return findings
+
+
+def per_call(records: list[Record], windows: list[Window]) -> list[CallSummary]:
+    """Rule (c): each timed call's launches, copies, bytes moved and kernel time (records inside its window)."""
+    summaries = []
+    for window in (w for w in windows if w.timed):
+        summary = CallSummary(window.label)
+        for r in (r for r in records if window.holds(r)):
+            if r.kind == "kernel":
+                summary.launches += 1
+                summary.kernel_ns += r.end_ns - r.start_ns
+                summary.kernels.append((r.name, r.grid, r.block))
+            else:
+                summary.copies += 1
+                summary.bytes_moved += r.bytes
+        summaries.append(summary)
+    return summaries
+
+
+def differing_calls(records: list[Record], windows: list[Window]) -> list[Finding]:
+    """Rule (b): timed calls whose kernel sequence differs from the most common one (ties: the first seen)."""
+    calls = per_call(records, windows)
+    if len(calls) < 2:
+        return []
+    common, count = Counter(tuple(c.kernels) for c in calls).most_common(1)[0]
+    if count == len(calls):
+        return []
+    odd = [c for c in calls if tuple(c.kernels) != common]
+    first = odd[0]
+    return [Finding("differing_call", f"{len(odd)} of {len(calls)} timed calls launched other kernels than the "
+                    f"other {count}: {first.window} ran {[k[0] for k in first.kernels]}, the others "
+                    f"{[k[0] for k in common]}")]
+
+
+def check(records: list[Record], windows: list[Window], timed_streams: set[int]) -> list[Finding]:
+    """Every rule: what a verdict would carry (rules (a) and (b)); rule (c) is reported, not judged."""
+    return outside_windows(records, windows, timed_streams) + differing_calls(records, windows)

@@ -1,0 +1,89 @@
+"""Profile two honest corpus kernels through the judge's profiler (issue 28) and keep what ncu wrote.
+
+    source scripts/gpu/device_env.sh && python3 scripts/gpu/profile_capture.py --out results/profiles
+
+For tests/corpus/cuda/kl_div_fast.py and cross_entropy_fast.py: build each as the judge does (sandbox.pipeline
+.prepare, CUDA target), profile it with sandbox.profiling.run.profile_candidate (ncu wrapping the candidate's own
+bubblewrap child, official inputs, 3 calls after a warm-up), and write under --out:
+
+- `kl_div_fast_h100.csv`, `cross_entropy_fast_h100.csv`: ncu's raw log as the judge read it. Copy them over
+  tests/fixtures/ncu/ (same names) to replace the hand-written fixtures with recordings;
+- `profiles.json`: each parsed Profile (status, reason, ncu version, kernels) and the rendered prompt text;
+- `profiles.md`: the per-kernel table for docs/benchmarks.md, and each prompt text with its length.
+
+The exit status is 1 when a profile is not "ok" (its reason is in both files): e.g. "the GPU's performance
+counters are reserved for administrators", which says the sandboxed child may not read them on this host.
+`--ncu PATH` names the profiler when it is not on PATH or in CUDA's usual places.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sandbox.config import JudgeConfig
+from sandbox.pipeline import PreparedCandidate, prepare
+from sandbox.profiling.render import render_text
+from sandbox.profiling.report import Profile
+from sandbox.profiling.run import profile_candidate
+
+REPO = Path(__file__).resolve().parents[2]
+CANDIDATES = (("kl_div", "tests/corpus/cuda/kl_div_fast.py"),
+              ("cross_entropy", "tests/corpus/cuda/cross_entropy_fast.py"))
+
+
+def _figure(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value / scale:.{digits}f}"
+
+
+def table(name: str, profile: Profile) -> list[str]:
+    if profile.status != "ok":
+        return [f"| {name} | {profile.status}: {profile.reason} |" + " |" * 9]
+    rows = []
+    for k in profile.kernels:
+        stalls = ", ".join(f"{s.reason} {s.share_pct:.0f}%" for s in k.stalls) or "n/a"
+        rows.append(f"| {name} | `{k.name.split('(')[0]}` x{k.launches} | {_figure(k.duration_ns, 1e3)} | "
+                    f"{_figure(k.dram_bytes_per_s, 1e12, 2)} | {_figure(k.dram_pct_of_peak)} | "
+                    f"{_figure(k.sm_pct_of_peak)} | {_figure(k.achieved_occupancy_pct)} | "
+                    f"{k.registers_per_thread} | {k.shared_bytes_per_block} | {k.grid} x {k.block} | {stalls} |")
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--ncu", default=None)
+    parser.add_argument("--calls", type=int, default=3)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    config = JudgeConfig()
+    results: dict[str, dict] = {}
+    lines = ["| candidate | kernel | time (us) | DRAM (TB/s) | DRAM % of peak | SM % | occupancy % | regs/thread | "
+             "smem/block (B) | grid x block | top stalls |", "|" + "---|" * 11]
+    texts = []
+    failed = False
+    for task, rel in CANDIDATES:
+        name = Path(rel).stem
+        prepared = prepare(task, (REPO / rel).read_text(), target="cuda", config=config)
+        if not isinstance(prepared, PreparedCandidate):
+            profile = Profile(status="failed", reason=f"the build failed: {prepared.status}: {prepared.diagnosis}")
+        else:
+            profile = profile_candidate(prepared, args.device, config=config, ncu=args.ncu, calls=args.calls,
+                                        log_copy=args.out / f"{name}_h100.csv")
+        text = render_text(profile)
+        failed |= profile.status != "ok"
+        results[name] = {"profile": profile.model_dump(mode="json"), "text": text}
+        lines += table(name, profile)
+        texts += [f"### {name} ({len(text)} characters)", "", "```", text, "```", ""]
+        print(f"{name}: {profile.status} {profile.reason or ''} ({profile.gpu_seconds:.1f} s on the device)\n{text}\n",
+              flush=True)
+    (args.out / "profiles.json").write_text(json.dumps(results, indent=2))
+    (args.out / "profiles.md").write_text("\n".join(lines + [""] + texts))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
