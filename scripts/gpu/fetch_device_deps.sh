@@ -30,7 +30,7 @@ fi
 # --- PostgreSQL on the GPU host (issue 30) ----------------------------------------------------------------------
 # Two workers on one real PostgreSQL there: Debian's postgresql-15 and the libraries it loads, resolved by apt
 # (`apt-cache depends --recurse`, less the C runtime and packaging machinery) and fetched with `apt-get download`
-# into .debs/postgresql/ (not .debs/: scripts/device_env.sh unpacks every .debs/*.deb as bubblewrap's);
+# into .debs/postgresql/ (not .debs/: scripts/gpu/device_env.sh unpacks every .debs/*.deb as bubblewrap's);
 # scripts/gpu/postgres_env.sh unpacks and starts it there. The workers' driver comes as wheels.
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -52,7 +52,7 @@ def refused_line(response, line: int, *words: str) -> str:  # noqa: ANN001
 def test_every_entry_point_validates_a_sample_with_the_same_schema():
     assert issubclass(Sample, SampleFields)
     common = set(SampleFields.model_fields)
-    assert common == {"task", "model", "sampling", "sample_index", "tags", "public"}
+    assert common == {"task", "model", "sampling", "sample_index", "tags", "public", "profile"}
     inherited, declared = Sample.model_json_schema()["properties"], SampleFields.model_json_schema()["properties"]
     for name in common:
         assert inherited[name] == declared[name], name
