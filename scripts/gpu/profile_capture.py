@@ -1,8 +1,10 @@
-"""Profile two honest corpus kernels through the judge's profiler (issue 28) and keep what ncu wrote.
+"""Profile honest corpus kernels through the judge's profiler (issue 28) and keep what ncu wrote.
 
-    source scripts/gpu/device_env.sh && python3 scripts/gpu/profile_capture.py --out results/profiles
+    source scripts/gpu/device_env.sh && python3 scripts/gpu/profile_capture.py --out results/profiles [FILES]
+    ... --honest: every forward file of tests/corpus/cuda that declares `expect: correct`
 
-For tests/corpus/cuda/kl_div_fast.py and cross_entropy_fast.py: build each as the judge does (sandbox.pipeline
+For the files named (by default tests/corpus/cuda/kl_div_fast.py and cross_entropy_fast.py; the task is the
+file's `task:` line): build each as the judge does (sandbox.pipeline
 .prepare, CUDA target), profile it with sandbox.profiling.run.profile_candidate (ncu wrapping the candidate's own
 bubblewrap child, official inputs, 3 calls after a warm-up), and write under --out:
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -30,8 +33,19 @@ from sandbox.profiling.report import Profile
 from sandbox.profiling.run import profile_candidate
 
 REPO = Path(__file__).resolve().parents[2]
-CANDIDATES = (("kl_div", "tests/corpus/cuda/kl_div_fast.py"),
-              ("cross_entropy", "tests/corpus/cuda/cross_entropy_fast.py"))
+DEFAULT_FILES = ("tests/corpus/cuda/kl_div_fast.py", "tests/corpus/cuda/cross_entropy_fast.py")
+FORWARD_TASKS = ("kl_div", "cross_entropy")
+"""The profiled child runs the forward call on official inputs; the training variants' step is not profiled."""
+
+
+def declared(path: Path, field: str) -> str | None:
+    match = re.search(rf"^{field}:\s*(\S+)\s*$", path.read_text(), re.M)
+    return match.group(1) if match else None
+
+
+def honest_files() -> list[Path]:
+    return [p for p in sorted((REPO / "tests/corpus/cuda").glob("*.py"))
+            if declared(p, "expect") == "correct" and declared(p, "task") in FORWARD_TASKS]
 
 
 def _figure(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -57,7 +71,10 @@ def main() -> int:
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--ncu", default=None)
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--honest", action="store_true", help="every honest forward file of tests/corpus/cuda")
+    parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args()
+    files = honest_files() if args.honest else [REPO / f for f in (args.files or DEFAULT_FILES)]
     args.out.mkdir(parents=True, exist_ok=True)
     config = JudgeConfig()
     results: dict[str, dict] = {}
@@ -65,9 +82,9 @@ def main() -> int:
              "smem/block (B) | grid x block | top stalls |", "|" + "---|" * 11]
     texts = []
     failed = False
-    for task, rel in CANDIDATES:
-        name = Path(rel).stem
-        prepared = prepare(task, (REPO / rel).read_text(), target="cuda", config=config)
+    for path in files:
+        name, task = path.stem, declared(path, "task")
+        prepared = prepare(task, path.read_text(), target="cuda", config=config)
         if not isinstance(prepared, PreparedCandidate):
             profile = Profile(status="failed", reason=f"the build failed: {prepared.status}: {prepared.diagnosis}")
         else:
