@@ -1,7 +1,7 @@
 """The judging pipeline: extract -> static checks -> compile -> isolated run (correctness, timing) -> Verdict.
 
 `prepare` (here) is CPU-only work (the service runs it in a compile pool); `execute`
-(sandbox/execute.py) needs the device and runs one candidate at a time on it. Every way a candidate can
+(sandbox/execution/phases.py) needs the device and runs one candidate at a time on it. Every way a candidate can
 fail ends in a `Verdict`; only a failure
 of the judge's own machinery ends in `system_error`.
 """
@@ -11,53 +11,28 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from reference import Task, get_task
-from sandbox import build_advice
-from sandbox import compile as build
-from sandbox import compile_errors
+from sandbox.build import advice as build_advice
+from sandbox.build import compiler as build
+from sandbox.build import errors as compile_errors
 from sandbox import isolation
 from sandbox import protocol as msg
 from sandbox import static_checks
+from sandbox.candidate import PreparedCandidate
 from sandbox.config import JudgeConfig
-from sandbox.execute import execute
+from sandbox.execution.run import execute
 from sandbox.extract import ExtractionError, extract_candidate
 from sandbox.static_checks import check_source
 from sandbox.supervisor import ChildFailure, ChildSession
 from sandbox.verdict import CompileError, Status, Verdict
 
 __all__ = ["PreparedCandidate", "execute", "judge", "prepare"]
-
-
-@dataclass(frozen=True)
-class PreparedCandidate:
-    """A candidate that passed extraction and static checks and whose extensions are built."""
-
-    task_id: str
-    source: str
-    """The extracted Python module defining ModelNew."""
-    source_sha256: str
-    build_key: str
-    """sha256 of (source, toolchain): names the build directory; equal keys are compiled once."""
-    build_dir: Path
-    """The candidate's build directory (its /build when it was built): written by candidate code, never trusted."""
-    source_path: Path
-    """The checked source, judge-owned, outside build_dir: what a child must import (sandbox/compile.py)."""
-    toolchain: str
-    target: str
-    """"cpu" or "cuda": what the extensions were built for."""
-    imports: list[str] = field(default_factory=list)
-    stages: dict[str, float] = field(default_factory=dict)
-    compile_log: str = ""
-    compile_cached: bool = False
-    build_advice: str | None = None
-    """How to make this candidate's build fast, when its .cu or main.cpp needed torch's full headers
-    (sandbox/build_advice.py)."""
 
 
 def _sha256(text: str) -> str:
@@ -108,7 +83,7 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
     if config.isolation in ("unshare", "none"):
         # ninja records the paths a build ran at: /build under bubblewrap, the host's directory under the weaker
         # mechanisms. A build made under one is not up to date under the other, and the execution child never
-        # builds (sandbox/no_build.py), so the two must not share a build.
+        # builds (sandbox/build/no_build.py), so the two must not share a build.
         chain += f"; built at host paths ({config.isolation})"
     key = build.build_key(source, chain)
     paths = build.KeyPaths.of(config.build_root, key)

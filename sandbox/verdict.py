@@ -103,7 +103,7 @@ class Environment(BaseModel):
 
 
 class CompileError(BaseModel):
-    """One error of a failed build, placed in the candidate's own file where it can be (sandbox/compile_errors.py)."""
+    """One error of a failed build, placed in the candidate's own file where it can be (sandbox/build/errors.py)."""
 
     file_line: int | None = None
     """The line of candidate.py (the judged module) the error is at; None when it is not in one of its literals."""

@@ -1,7 +1,7 @@
 """Issue 12's benchmark: what judging a candidate costs on a device, cold and on a pre-started child.
 
-Judges each given candidate N times with a child started for it (cold, as `sandbox.execute` alone does) and
-N times on pre-started children (warm, `sandbox.warm.WarmPool`, as the worker does), and prints per mode and
+Judges each given candidate N times with a child started for it (cold, as `sandbox.execution.phases` alone does) and
+N times on pre-started children (warm, `sandbox.execution.warm.WarmPool`, as the worker does), and prints per mode and
 candidate: the verdicts, seconds per device stage (start, calibration, load, correctness, timing, extra
 shapes; median over the N runs), the device-held seconds (from handing the candidate to a child to that
 child's end: median, min-max and IQR), and for warm runs what the pre-start cost off the device's clock and
@@ -33,8 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox import JudgeConfig, PreparedCandidate, Verdict, execute, prepare  # noqa: E402
-from sandbox.warm import WarmPool  # noqa: E402
+from sandbox import JudgeConfig, PreparedCandidate, Verdict, prepare  # noqa: E402
+from sandbox.execution import phases as execute  # noqa: E402
+from sandbox.execution.warm import WarmPool  # noqa: E402
 
 CPU_DEFAULT = ["tests/corpus/cpu/kl_div_cpp_correct.py", "tests/corpus/cpu/kl_div_wrong_direction.py"]
 CUDA_DEFAULT = ["tests/corpus/cuda/kl_div_fast.py", "tests/corpus/cuda/cross_entropy_fast.py",

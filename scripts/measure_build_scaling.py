@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sandbox.slim_headers import SLIM_DIR  # noqa: E402 - the slim headers' directory inside a build
+from sandbox.build.slim_headers import SLIM_DIR  # noqa: E402 - the slim headers' directory inside a build
 
 
 def step_command(build_dir: Path, output: str) -> str:

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sandbox import JudgeConfig, judge  # noqa: E402
-from sandbox.plausibility import MIN_CLAIM_FRACTION, RUN_NOISE_MS  # noqa: E402
+from sandbox.execution.plausibility import MIN_CLAIM_FRACTION, RUN_NOISE_MS  # noqa: E402
 
 CPU_DEFAULT = ["tests/corpus/cpu/kl_div_cpp_correct.py", "tests/corpus/cpu/cross_entropy_cpp_correct.py",
                "tests/corpus/hostile/cpu/control_cpp_log_then_reduce.py"]

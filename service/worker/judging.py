@@ -1,9 +1,9 @@
 """The judge a worker calls, injected so the worker does not care which one it is.
 
-`SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execute`.
+`SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execution.phases`.
 Candidate code never runs in the worker's process: each candidate runs in its own isolated child, so the
 worker may call them from threads. Between `open` and `close` the judge keeps pre-started children per
-device (`sandbox.warm.WarmPool`, `Settings.warm_spares`) and hands each candidate one of them, so that a
+device (`sandbox.execution.warm.WarmPool`, `Settings.warm_spares`) and hands each candidate one of them, so that a
 child's start-up is paid ahead of need, off the device's clock; each child still serves one candidate.
 `CompileOnlyJudge` is for load tests of the service itself: it runs the real `prepare` (extraction, static
 checks, cached compile) but *does not run the candidate*; its verdicts say so and carry no timings, so they
@@ -18,7 +18,7 @@ from typing import Protocol
 
 import sandbox
 from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict
-from sandbox.warm import WarmPool
+from sandbox.execution.warm import WarmPool
 from service.core.config import JudgeMode, Settings
 
 

@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from sandbox import Status, judge
-from sandbox.execute import TimedCall, host_decided
+from sandbox.execution.phases import TimedCall, host_decided
 from sandbox import protocol as msg
-from sandbox import timing
-from sandbox.timing import DeviceClock, time_batch
-from sandbox.plausibility import (
+from sandbox.execution import timing
+from sandbox.execution.timing import DeviceClock, time_batch
+from sandbox.execution.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
     MIN_CLAIM_FRACTION,
     MIN_CLAIM_FRACTION_TRAINING,

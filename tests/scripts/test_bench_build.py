@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench_build  # noqa: E402
 
-from sandbox import nvcc_split  # noqa: E402
+from sandbox.build import nvcc_split  # noqa: E402
 
 NINJA = shutil.which("ninja")
 

@@ -2,7 +2,7 @@
 
 Two readers, on either side of the trust boundary:
 
-- The build child (sandbox/build_hooks.py) asks `unchangeable` before it builds again without an accelerator
+- The build child (sandbox/build/hooks.py) asks `unchangeable` before it builds again without an accelerator
   (the slim headers for a `.cu`, the subset PCH for main.cpp). Those retries exist because a header the
   accelerator left out can make honest code fail; they cost a second compile (60-65 s of nvcc for a `.cu`
   against torch's full headers). They cannot change errors that sit in the candidate's own source and are

@@ -1,7 +1,7 @@
 """CPU time of a sandboxed job, from the kernel's own accounting: what the parent trusts about the child's work.
 
-The parent reads it just before and just after each timed round trip (`go`, sandbox/execute.py); the rule it
-feeds is in sandbox/plausibility.py. Nothing in the sandbox can write these counters, and none of them counts
+The parent reads it just before and just after each timed round trip (`go`, sandbox/execution/phases.py); the rule it
+feeds is in sandbox/execution/plausibility.py. Nothing in the sandbox can write these counters, and none of them counts
 time spent waiting for a CPU, so unlike a wall clock they do not grow when the host is saturated.
 
 Two sources, the first that works (`Meter.source` says which, and the verdict records it as

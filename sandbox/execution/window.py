@@ -1,6 +1,6 @@
 """The edge of a timed batch's window in the child: what is copied out of each call before the window closes.
 
-Untrusted process, same THREAT MODEL as sandbox/child.py. The attack this answers is deferred work (issue 25):
+Untrusted process, same THREAT MODEL as sandbox/child/harness.py. The attack this answers is deferred work (issue 25):
 a candidate whose kernels run after the batch's last event (launched from an allocator trace callback, a gc
 callback or a finaliser when the harness next allocates, or still running on a stream nobody waited for)
 returns outputs that are wrong when the window closes and right by the time the harness reads them. So the
@@ -69,7 +69,7 @@ def _raw(buffer: torch.Tensor) -> np.ndarray:
 
 class Keeper:
     """Host buffers for one armed batch, made at `arm`; `take` copies a call's output (and digests of a sample of
-    its gradient's rows) into them, `close` returns them as `Kept`, fixed. Implements sandbox/timing.py's
+    its gradient's rows) into them, `close` returns them as `Kept`, fixed. Implements sandbox/execution/timing.py's
     `Keeper`. On a GPU the copies of a whole batch are a handful of operations queued together at `close` (each
     operation costs the host microseconds inside the window; a training batch has up to eight steps)."""
 
@@ -125,7 +125,7 @@ class Keeper:
         leaf = self._leaves[index]
         grad = leaf.grad
         if not self._fits(grad, tuple(leaf.shape), leaf.dtype):
-            return  # refused when the gradient is taken (sandbox/training_child.py `_take_grad`), or by the parent
+            return  # refused when the gradient is taken (sandbox/child/training.py `_take_grad`), or by the parent
         rows = np.frombuffer(os.urandom(8 * self._rows), dtype=np.uint64) % np.uint64(leaf.shape[0])
         self._index_np[index] = rows.astype(np.int64)
         self._grads[index] = grad.detach()

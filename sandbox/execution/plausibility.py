@@ -4,10 +4,10 @@ The child measures each timed call, and the child is untrusted: a candidate can 
 clock inside it. Three rules keep a forged or impossible time from becoming a score:
 
 - `timing_bound`: what the parent sees itself. Each timed batch of calls is one round trip (`go` ->
-  reply, see sandbox/execute.py); every figure here is per call (the batch's divided by its calls). A
+  reply, see sandbox/execution/phases.py); every figure here is per call (the batch's divided by its calls). A
   claim above the wall time of its own round trip is a lie outright. And the kernel accounts the CPU time
   every task of the sandbox ran during the round trip, exited threads and processes included
-  (sandbox/cputime.py): waiting for a CPU is not in it, so it does not grow on a saturated host, as a wall
+  (sandbox/execution/cputime.py): waiting for a CPU is not in it, so it does not grow on a saturated host, as a wall
   clock does. A median claim well below the median of that, less what an empty batch costs, is
   under-reported.
 - `untimed_work_bound` (GPU only): the same claim against the parent's own wall window beyond an empty
@@ -88,8 +88,9 @@ forward-alone batches (no honest figures)."""
 
 SOL_PROBE_MARGIN = 0.01
 """How far past speed-of-light a median may be before the rule calls it skipped work: what the bandwidth
-probe's own error could put an honest kernel past 100%. The probe (sandbox/baseline.py, `measure_bandwidth`) is
-measured once per device model and cached; its readings of H100s across hosts and runs, 31 distinct
+probe's own error could put an honest kernel past 100%. The probe
+(sandbox/execution/measure_baselines.py, `measure_bandwidth`) is measured once per device model and cached; its
+readings of H100s across hosts and runs, 31 distinct
 measurements in 12 result files (docs/results before 2f65fa8, which kept 6 of them), were 2.9969-3.0086
 TB/s: median 3.0042, -0.24% to +0.15% of it, standard deviation 0.09%, the highest 0.39% above the lowest. So a
 cached bandwidth can be 0.4% off the card's, and an honest kernel's fraction with it. Within one run the probe's
@@ -108,7 +109,7 @@ kernel that reads faster than torch's own kernels is much more likely skipping b
 kernels have ranked at 102-104%), and if an honest one ever does, the probe is what must get faster, not this
 limit wider.
 CPU: the probe copies 256 MiB, far out of every cache, but a CPU call's inputs (256 KiB for kl_div at 64x512)
-are evicted before each call by a 16 MiB flush only (sandbox/timing.py, CPU_FLUSH_BYTES), so on a host whose
+are evicted before each call by a 16 MiB flush only (sandbox/execution/timing.py, CPU_FLUSH_BYTES), so on a host whose
 last-level cache is larger they may be read from cache, faster than the DRAM probe allows. The honest CPU
 corpus measured at most 0.2 of speed-of-light (scripts/measure_timing_bound.py; kl_div_cpp_correct 0.08 on the
 CI machine: 0.17 ms against a 0.013 ms floor), so 1.5 is a wide margin that still catches a time forged to a

@@ -1,6 +1,6 @@
 """Measuring calls on one device, in the manner of triton.testing.do_bench, a batch of fresh calls at a time.
 
-Each timed call has inputs from a seed drawn for it alone (see sandbox/execute.py), so calls cannot be
+Each timed call has inputs from a seed drawn for it alone (see sandbox/execution/phases.py), so calls cannot be
 repeated on one input set as do_bench does. Instead a batch of calls, each with its own resident input
 set, runs back to back between two device-wide synchronisations (`time_batch`):
 
@@ -34,7 +34,7 @@ What a batch measures is out of the candidate's reach while it runs (issue 25): 
 before the first call (`ClockState`), so an attribute set on the clock instance from a frame the candidate
 walked to changes nothing this batch measures, and is reported (`BatchTime.tampered`); the calls and their
 events are tuples, which no frame's reader can edit in place; events re-recorded out of order are reported.
-The child's `Keeper` (sandbox/window.py) copies each call's output inside the window, so work a candidate
+The child's `Keeper` (sandbox/execution/window.py) copies each call's output inside the window, so work a candidate
 defers past the batch's last event cannot change what is reported.
 """
 
@@ -228,7 +228,8 @@ def batch_size(device: torch.device, bytes_per_call: int, armed_bytes: int = ARM
 
 
 class Keeper(Protocol):
-    """What the caller keeps of each call before the batch's window closes (the child's: sandbox/window.py)."""
+    """What the caller keeps of each call before the batch's window closes (the child's:
+    sandbox/execution/window.py)."""
 
     def take(self, index: int, result: object) -> None:
         """Copy call `index`'s result: on the CPU inside that call's timed interval, on a GPU after the batch's
