@@ -14,7 +14,8 @@ class PreparedCandidate:
     task_id: str
     source: str
     """The extracted Python module defining ModelNew."""
-    source_sha256: str
+    code_sha256: str
+    """sha256 of `source`, the extracted code (the raw text's is a submission's `text_sha256`)."""
     build_key: str
     """sha256 of (source, toolchain): names the build directory; equal keys are compiled once."""
     build_dir: Path

@@ -709,7 +709,7 @@ def start(spec: SandboxSpec, mechanism: str = "auto") -> SandboxedProcess:
     return SandboxedProcess(spec, available_mechanism(mechanism))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Completed:
     returncode: int | None
     """Negative: killed by that signal."""
@@ -737,6 +737,8 @@ def run(spec: SandboxSpec, mechanism: str = "auto") -> Completed:
         proc.wait()
     finally:
         proc.cleanup()
-    return Completed(proc.returncode, proc.stdout, proc.stderr, proc.timed_out, proc.oom_killed, proc.flooded,
-                     proc.output_truncated_bytes, time.monotonic() - started, proc.mechanism,
-                     proc.memory_mechanism, proc.pids_mechanism)
+    return Completed(returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr, timed_out=proc.timed_out,
+                     oom_killed=proc.oom_killed, flooded=proc.flooded,
+                     output_truncated_bytes=proc.output_truncated_bytes, duration_s=time.monotonic() - started,
+                     mechanism=proc.mechanism,
+                     memory_mechanism=proc.memory_mechanism, pids_mechanism=proc.pids_mechanism)

@@ -125,7 +125,7 @@ def code_binds() -> dict[Path, str]:
     }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ChildResult:
     header: dict[str, Any]
     payloads: list[bytes]
@@ -218,7 +218,7 @@ class ChildSession:
             self.kill()
             raise ChildFailure(ChildFailureKind.PROTOCOL, f"the child broke the result protocol: {exc}",
                                stderr=self.stderr()) from None
-        return ChildResult(header, payloads)
+        return ChildResult(header=header, payloads=payloads)
 
     def request(self, header: dict[str, Any], timeout_s: float) -> ChildResult:
         self.send(header)

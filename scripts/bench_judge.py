@@ -1,6 +1,6 @@
 """Issue 12's benchmark: what judging a candidate costs on a device, cold and on a pre-started child.
 
-Judges each given candidate N times with a child started for it (cold, as `sandbox.execution.phases` alone does) and
+Judges each given candidate N times with a child started for it (cold, as `sandbox.execute` alone does) and
 N times on pre-started children (warm, `sandbox.execution.warm.WarmPool`, as the worker does), and prints per mode and
 candidate: the verdicts, seconds per device stage (start, calibration, load, correctness, timing, extra
 shapes; median over the N runs), the device-held seconds (from handing the candidate to a child to that
@@ -33,8 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox import JudgeConfig, PreparedCandidate, Verdict, prepare  # noqa: E402
-from sandbox.execution import phases as execute  # noqa: E402
+from sandbox import JudgeConfig, PreparedCandidate, Verdict, execute, prepare  # noqa: E402
 from sandbox.execution.warm import WarmPool  # noqa: E402
 
 CPU_DEFAULT = ["tests/corpus/cpu/kl_div_cpp_correct.py", "tests/corpus/cpu/kl_div_wrong_direction.py"]

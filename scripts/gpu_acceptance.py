@@ -27,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox import JudgeConfig, Verdict, prepare  # noqa: E402
-from sandbox.execution import phases as execute  # noqa: E402
+from sandbox import JudgeConfig, Verdict, execute, prepare  # noqa: E402
 from sandbox.environment import describe  # noqa: E402
 from sandbox.execution.warm import WarmPool  # noqa: E402
 

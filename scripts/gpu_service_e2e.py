@@ -4,7 +4,7 @@
 
 Starts `kernel-judge serve` (API + embedded worker on every local GPU, SQLite) in a subprocess, mints a
 key, submits each candidate over HTTP, follows it until `done`, and reports the wall time from POST to
-verdict split into queue wait, compile (sandbox.prepare) and GPU (sandbox.execution.phases) from the stored stage
+verdict split into queue wait, compile (sandbox.prepare) and GPU (sandbox.execute) from the stored stage
 timestamps, with the device-held seconds and the wait for a pre-started child from the verdict's cost. Writes
 service_e2e.md (the table) and service_e2e.json (every submission as the API returned it) to --out.
 """

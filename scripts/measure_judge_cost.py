@@ -23,8 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox import JudgeConfig, Verdict, prepare  # noqa: E402
-from sandbox.execution import phases as execute  # noqa: E402
+from sandbox import JudgeConfig, Verdict, execute, prepare  # noqa: E402
 
 CPU_DEFAULT = ["tests/corpus/cpu/kl_div_cpp_correct.py", "tests/corpus/cpu/cross_entropy_cpp_correct.py"]
 CUDA_DEFAULT = ["tests/corpus/cuda/kl_div_fast.py", "tests/corpus/cuda/kl_div_naive.py",

@@ -33,8 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reference import all_tasks  # noqa: E402
-from sandbox import JudgeConfig, Verdict, prepare  # noqa: E402
-from sandbox.execution import phases as execute  # noqa: E402
+from sandbox import JudgeConfig, Verdict, execute, prepare  # noqa: E402
 from sandbox.compare import fingerprint  # noqa: E402
 from sandbox.supervisor import ChildSession  # noqa: E402
 

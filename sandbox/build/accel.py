@@ -432,7 +432,7 @@ def _touch(variant: Path) -> None:
 
 # --- the entry point for the pipeline ------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Preparation:
     """What `prepare` offers a build, and what it cost that build."""
 
@@ -453,7 +453,7 @@ def preparation(cache_root: Path, target: str, source: str) -> Preparation:
     """`prepare`, saying how long building missing variants took."""
     sets = wanted_flag_sets(source)
     if not sets:
-        return Preparation(None)
+        return Preparation(root=None)
     root = accel_root(cache_root)
     offered, building_s = None, 0.0
     for extra in sets:
@@ -470,7 +470,7 @@ def preparation(cache_root: Path, target: str, source: str) -> Preparation:
         if variant is not None:
             _touch(variant)
             offered = root
-    return Preparation(offered, building_s)
+    return Preparation(root=offered, building_s=building_s)
 
 
 def warm(cache_root: Path, target: str, flag_sets: list[tuple[str, ...]] | None = None) -> list[Path]:

@@ -89,7 +89,7 @@ def toolchain(target: str) -> str:
     return "; ".join(parts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Offer:
     """What `offer_accelerators` gives one build child."""
 
@@ -118,18 +118,19 @@ def offer_accelerators(config: "JudgeConfig", target: str, source: str) -> Offer
     if target == "cuda" and config.split_nvcc and isolation.available_mechanism(config.isolation) == "bwrap":
         binds.update(_split_nvcc_binds(config.cache_root))
     if not config.precompiled_headers:
-        return Offer(env, binds)
+        return Offer(env=env, binds=binds)
     try:
         prepared = build_accel.preparation(config.cache_root, target, source)
     except OSError:  # a full or read-only cache disk: build without
-        return Offer(env, binds)
+        return Offer(env=env, binds=binds)
     if prepared.root is None:
-        return Offer(env, binds, prepared.building_s)
+        return Offer(env=env, binds=binds, pch_building_s=prepared.building_s)
     mechanism = isolation.available_mechanism(config.isolation)
     if mechanism == "bwrap":
         binds[prepared.root] = build_accel.CHILD_MOUNT
-    return Offer({**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
-                  "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds, prepared.building_s)
+    return Offer(env={**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
+                  "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds=binds,
+                 pch_building_s=prepared.building_s)
 
 
 def _split_nvcc_binds(cache_root: Path) -> dict[Path, str]:
@@ -187,7 +188,7 @@ def build_lock(build_root: Path, key: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildResult:
     ok: bool
     build_failed: bool
@@ -271,7 +272,7 @@ def start_build(paths: KeyPaths, source: str) -> None:
 
 def audit(build_dir: Path) -> str | None:
     """What the build left in its directory that the judge will not read, or None when it is all plain files
-    and directories. The parent copies the build directory for every execution (sandbox/execution/phases.py) and
+    and directories. The parent copies the build directory for every execution (sandbox/execution/run.py) and
     reads ninja's files in it: a symbolic link there could point it at another build or the judge's own
     files, a FIFO could block it, a device could be anything, a second hard link could tie two paths it
     believes distinct. Nothing honest makes any of these: torch, ninja and g++ write plain files."""
@@ -292,7 +293,7 @@ def audit(build_dir: Path) -> str | None:
 def place_source(paths: KeyPaths) -> None:
     """Put the checked source at build/candidate.py, replacing whatever the build left there.
 
-    Why: the execution child is started on a copy of the build directory (sandbox/execution/phases.py) and imports
+    Why: the execution child is started on a copy of the build directory (sandbox/execution/run.py) and imports
     /build/candidate.py unless it is told another source (sandbox/supervisor.ChildSession's `source`).
     Written through a descriptor of the build directory, without following a link, as a new file: what the
     build wrote there (a link, a rewritten module) is gone first. Run only after `audit` passed."""

@@ -66,7 +66,7 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"][^\n]*$', re.
 _IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SlimBuild:
     """What was written for one extension: the directory nvcc is pointed at and the operators included."""
     directory: Path

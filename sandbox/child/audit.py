@@ -295,7 +295,7 @@ _MONITORING_TOOLS = range(6)
 _SIGNALS = tuple(sorted(signal.valid_signals()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HookBaseline:
     """The judge's own hooks, before the candidate exists: anything else later is the candidate's."""
 
@@ -307,8 +307,9 @@ class HookBaseline:
 
     @classmethod
     def capture(cls) -> HookBaseline:
-        return cls(tuple(gc.callbacks), tuple(map(signal.getsignal, _SIGNALS)), sys.unraisablehook, _thread._count(),
-                   _monitoring_tools())
+        return cls(gc_callbacks=tuple(gc.callbacks), signal_handlers=tuple(map(signal.getsignal, _SIGNALS)),
+                   unraisablehook=sys.unraisablehook, python_threads=_thread._count(),
+                   monitoring_tools=_monitoring_tools())
 
 
 def _monitoring_tools() -> tuple[str | None, ...]:

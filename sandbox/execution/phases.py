@@ -21,6 +21,7 @@ the kernel accounted to the sandbox during it (sandbox/execution/plausibility.py
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import secrets
 import statistics
@@ -97,7 +98,7 @@ class _Stop(Exception):
         self.details = details
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimedCall:
     """One timed batch (one `go`), in per-call units: every figure is the batch's divided by its calls."""
 
@@ -130,7 +131,42 @@ class TimedCall:
     """Whether both CPU-time readings found every thread of the sandbox off the CPU (cputime.SETTLE_S)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class TimingDetails:
+    """How a candidate's timing went, beside its figures (`Verdict.details["timing"]`, these keys in this order):
+    what the parent saw around every timed batch, and the inputs of the plausibility bounds."""
+
+    scheme: str = "fresh seed per call, batches of calls back to back, a batch's mean is its claim"
+    batch_size: int
+    timed_batches: int
+    warmup_batches: int
+    timed_calls: int
+    warmup_calls: int
+    planned_calls: int
+    distributions: dict[str, int]
+    """Calls per distribution, warm-up included."""
+    truth_checks: int
+    window_median_ms: float
+    run_median_ms: float
+    empty_call_run_ms: float
+    empty_call_window_ms: float
+    call_floor_ms: float
+    cpu_time_source: str
+    cpu_readings_unsettled: int
+    arm_windows_ms: list[float]
+    truth_ms: list[float]
+    empty_arm_window_ms: float
+    speed_of_light_limit: float
+    claims_ms: list[float]
+    batch_claims_ms: list[float]
+    windows_ms: list[float]
+    runs_ms: list[float]
+    hidden_work: bool
+    hidden_work_batches: list[int]
+    host_over_events: list[float | None]
+
+
+@dataclass(frozen=True, kw_only=True)
 class CallTruth:
     """What the parent knows of one timed call before it runs: the fp64 output and the inputs' fingerprints;
     `gradient`, for a training step (sandbox/execution/training.py, GradientTruth)."""
@@ -360,43 +396,40 @@ class Execution:
         empty_window = min(c.window_ms for c in self.empty_calls)
         every = [d for b in (*warm, *timed) for d in b.distributions]
         device_type = torch.device(self.device).type
-        details["timing"] = {
-            "scheme": "fresh seed per call, batches of calls back to back, a batch's mean is its claim",
-            "batch_size": size, "timed_batches": len(timed), "warmup_batches": len(warm),
-            "timed_calls": sum(b.calls for b in timed), "warmup_calls": sum(b.calls for b in warm),
-            "planned_calls": reps,
-            "distributions": {d: every.count(d) for d in pool},
-            "truth_checks": self.truth_checks,
-            "window_median_ms": statistics.median(windows),
-            "run_median_ms": statistics.median(runs),
-            "empty_call_run_ms": statistics.median(empty_runs),
-            "empty_call_window_ms": empty_window,
-            "call_floor_ms": plausibility.call_floor_ms(runs, empty_runs),
-            # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found a
-            # thread
-            # of the sandbox still on a CPU after cputime.SETTLE_S.
-            "cpu_time_source": ", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),
-            "cpu_readings_unsettled": sum(not b.settled for b in (*self.empty_calls, *timed)),
+        details["timing"] = dataclasses.asdict(TimingDetails(
+            batch_size=size, timed_batches=len(timed), warmup_batches=len(warm),
+            timed_calls=sum(b.calls for b in timed), warmup_calls=sum(b.calls for b in warm),
+            planned_calls=reps,
+            distributions={d: every.count(d) for d in pool},
+            truth_checks=self.truth_checks,
+            window_median_ms=statistics.median(windows),
+            run_median_ms=statistics.median(runs),
+            empty_call_run_ms=statistics.median(empty_runs),
+            empty_call_window_ms=empty_window,
+            call_floor_ms=plausibility.call_floor_ms(runs, empty_runs),
+            # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found
+            # a thread of the sandbox still on a CPU after cputime.SETTLE_S.
+            cpu_time_source=", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),
+            cpu_readings_unsettled=sum(not b.settled for b in (*self.empty_calls, *timed)),
             # The parent's clock around each arm and its own work meanwhile, per call (TimedCall.arm_ms): recorded,
             # not bounded (docs/threat-model.md, "The parent's own clocks").
-            "arm_windows_ms": [round(b.arm_ms, 5) for b in timed],
-            "truth_ms": [round(b.truth_ms, 5) for b in timed],
-            "empty_arm_window_ms": min(c.arm_ms for c in self.empty_calls),
-            "speed_of_light_limit": plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
-            "claims_ms": [round(c, 5) for b in timed for c in b.claims_ms],
-            "batch_claims_ms": [round(c, 5) for c in claims],
-            "windows_ms": [round(w, 5) for w in windows],
-            "runs_ms": [round(r, 5) for r in runs],
+            arm_windows_ms=[round(b.arm_ms, 5) for b in timed],
+            truth_ms=[round(b.truth_ms, 5) for b in timed],
+            empty_arm_window_ms=min(c.arm_ms for c in self.empty_calls),
+            speed_of_light_limit=plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
+            claims_ms=[round(c, 5) for b in timed for c in b.claims_ms],
+            batch_claims_ms=[round(c, 5) for c in claims],
+            windows_ms=[round(w, 5) for w in windows],
+            runs_ms=[round(r, 5) for r in runs],
             # Whether the host clock decided the median: most batches saw more than their events. A flagged
             # batch is always claimed by the host's time, so hidden work buys nothing in any batch; one flagged
             # batch in several is a host that fell behind the device once (on the H100, 2026-11-25: honest
             # cross_entropy_fast, 1 batch of 7 at 1.37x, the others 1.07-1.11x), not a finding to report.
-            "hidden_work": host_decided(timed),
+            hidden_work=host_decided(timed),
             # Which batches the host clock decided, and host over events for each (a stall: one batch a little
             # over; hidden work: every batch far over).
-            "hidden_work_batches": [i for i, b in enumerate(timed) if b.hidden_work],
-            "host_over_events": [round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed],
-        }
+            hidden_work_batches=[i for i, b in enumerate(timed) if b.hidden_work],
+            host_over_events=[round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed]))
         breach = (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
                                             training=self.task.training is not None)
                   or plausibility.untimed_work_bound(claims, windows, empty_window, device_type))
@@ -515,9 +548,11 @@ class Execution:
         outs = [self.output(went, [payload], step) for payload in raw.payloads]
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
         n = len(distributions)
-        batch = TimedCall(distributions[0], went.time_ms, window_ms / n, run_ms / n, went.hidden_work, n,
-                          tuple(went.times_ms), distributions, went.host_ms / n, went.event_ms, arm_ms / n,
-                          truth_ms / n, done.source, ran.settled and done.settled)
+        batch = TimedCall(distribution=distributions[0], claim_ms=went.time_ms, window_ms=window_ms / n,
+                          run_ms=run_ms / n, hidden_work=went.hidden_work, calls=n, claims_ms=tuple(went.times_ms),
+                          distributions=distributions, host_ms=went.host_ms / n, event_ms=went.event_ms,
+                          arm_ms=arm_ms / n, truth_ms=truth_ms / n, cpu_source=done.source,
+                          settled=ran.settled and done.settled)
         if empty:
             return batch
         if len(inspected.after_all) != n:
@@ -550,7 +585,7 @@ class Execution:
     def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> CallTruth:
         """What the parent knows of one call (a trial or a timed call) before the child runs it."""
         output, prints = self.truth(shape, distribution, seed)
-        return CallTruth(output, prints)
+        return CallTruth(output=output, prints=prints)
 
     def record_evidence(self, reply: msg.TrialReply) -> None:
         """What a trial showed of the candidate's own code running (the custom-kernel rule)."""

@@ -116,7 +116,7 @@ CI machine: 0.17 ms against a 0.013 ms floor), so 1.5 is a wide margin that stil
 few microseconds."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Breach:
     rule: str
     diagnosis: str
@@ -142,16 +142,19 @@ def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[
     over = [(i, c, w) for i, (c, w) in enumerate(zip(claims_ms, windows_ms)) if c > w + CLAIM_OVER_WINDOW_SLACK_MS]
     if over:
         i, claim, window = over[0]
-        return Breach("timing", f"timed call {i} claims {claim:.4f} ms, but the judge's clock saw the whole round "
-                      f"trip take {window:.4f} ms: the child's clock was tampered with", {"calls_over": len(over)})
+        return Breach(rule="timing",
+                      diagnosis=f"timed call {i} claims {claim:.4f} ms, but the judge's clock saw the whole round "
+                      f"trip take {window:.4f} ms: the child's clock was tampered with",
+                      details={"calls_over": len(over)})
     median = statistics.median(claims_ms)
     floor = call_floor_ms(runs_ms, empty_runs_ms)
     fractions = MIN_CLAIM_FRACTION_TRAINING if training else MIN_CLAIM_FRACTION
     fraction = fractions["cuda" if device_type == "cuda" else "cpu"]
     if median < fraction * floor:
-        return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge measured itself "
+        return Breach(rule="timing",
+                      diagnosis=f"the reported time ({median:.4f} ms) is far below what the judge measured itself "
                       f"(the kernel accounted at least {floor:.4f} ms of CPU work per call)",
-                      {"claim_median_ms": median, "floor_ms": floor})
+                      details={"claim_median_ms": median, "floor_ms": floor})
     return None
 
 
@@ -164,9 +167,10 @@ def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_wi
     beyond = statistics.median(windows_ms) - empty_window_ms
     if median >= MIN_WINDOW_FRACTION * beyond:
         return None
-    return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge's own wall clock saw: "
+    return Breach(rule="timing",
+                  diagnosis=f"the reported time ({median:.4f} ms) is far below what the judge's own wall clock saw: "
                   f"a round trip took {beyond:.4f} ms per call beyond an empty one's, so device work ran that the "
-                  "reported time does not count", {"claim_median_ms": median, "window_beyond_empty_ms": beyond,
+                  "reported time does not count", details={"claim_median_ms": median, "window_beyond_empty_ms": beyond,
                                                     "min_window_fraction": MIN_WINDOW_FRACTION})
 
 
@@ -189,8 +193,9 @@ def speed_of_light(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: floa
     limit = IMPLAUSIBLE_SOL_FRACTION["cuda" if device_type == "cuda" else "cpu"]
     if fraction <= limit:
         return None
-    return Breach("implausible_speed",
-                  f"the reported time ({median_ms:.4f} ms) is {fraction:.2f}x speed-of-light ({100 * fraction:.1f}%): "
+    return Breach(rule="implausible_speed",
+                  diagnosis=f"the reported time ({median_ms:.4f} ms) is {fraction:.2f}x speed-of-light "
+                  f"({100 * fraction:.1f}%): "
                   f"reading the task's {min_bytes} bytes once at the device's measured bandwidth takes {floor_ms:.4f} "
                   f"ms, so a kernel this fast did not read its inputs (the limit is {limit:g}x)",
-                  {"speed_of_light_fraction": fraction, "limit": limit, "floor_ms": floor_ms})
+                  details={"speed_of_light_fraction": fraction, "limit": limit, "floor_ms": floor_ms})

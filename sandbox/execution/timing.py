@@ -84,7 +84,7 @@ EVENT_RESOLUTION_MS = 0.001
 """CUDA events resolve about half a microsecond: a negative span shorter than this is the timer, not a re-record."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallTime:
     """One timed call. `time_ms` is what the judge reports, the rest explains it."""
 
@@ -97,7 +97,7 @@ class CallTime:
     result: object
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallTimes:
     """Repeated calls of one callable (the trusted baselines)."""
 
@@ -105,7 +105,7 @@ class CallTimes:
     hidden_work: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClockState:
     """Everything a batch reads of its clock, read once before the batch's first call."""
 
@@ -142,8 +142,10 @@ class DeviceClock:
         self.flush_span = (self._flush.data_ptr(), self._flush.numel())
 
     def state(self) -> ClockState:
-        return ClockState(self.device, self.is_cuda, self.flush, (self._flush.data_ptr(), self._flush.numel()),
-                          self.host_overhead_ms, self.flush_ms, self.lead_flushes)
+        return ClockState(device=self.device, is_cuda=self.is_cuda, flush=self.flush,
+                          flush_span=(self._flush.data_ptr(), self._flush.numel()),
+                          host_overhead_ms=self.host_overhead_ms, flush_ms=self.flush_ms,
+                          lead_flushes=self.lead_flushes)
 
     def changes(self, state: ClockState) -> tuple[str, ...]:
         """What differs from `state` (read before a batch) now, and what the flush buffer lost since it was made."""
@@ -190,7 +192,7 @@ class DeviceClock:
         return self.host_overhead_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchTime:
     """One batch of timed calls. `times_ms` are what the judge reports, the rest explains them."""
 
@@ -256,7 +258,8 @@ def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, fir
         times.append((perf() - t0) * 1e3)
         results.append(result)
     kept = keep.close() if keep is not None else ()
-    return BatchTime(times, sum(times), None, False, results, kept, clock.changes(state))
+    return BatchTime(times_ms=times, host_ms=sum(times), events_ms=None, hidden_work=False, results=results, kept=kept,
+                     tampered=clock.changes(state))
 
 
 def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep: Keeper | None = None) -> BatchTime:
@@ -290,7 +293,8 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep:
     tampered = clock.changes(state)
     if min(events_ms + gaps) < -EVENT_RESOLUTION_MS:
         tampered += ("the batch's timing events (recorded again, out of order, during the batch)",)
-    return BatchTime(times, host_ms, events_ms, hidden, results, kept, tampered)
+    return BatchTime(times_ms=times, host_ms=host_ms, events_ms=events_ms, hidden_work=hidden, results=results,
+                     kept=kept, tampered=tampered)
 
 
 def time_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, cpu_flushed: bool = False,
@@ -305,7 +309,8 @@ def time_one_call(clock: DeviceClock, fn: Callable[[], object], *, cpu_flushed: 
     """A batch of one call."""
     timed = time_batch(clock, [fn], cpu_flushed=cpu_flushed)
     events = timed.events_ms[0] if timed.events_ms else None
-    return CallTime(timed.times_ms[0], timed.host_ms, events, timed.hidden_work, timed.results[0])
+    return CallTime(time_ms=timed.times_ms[0], host_ms=timed.host_ms, event_ms=events, hidden_work=timed.hidden_work,
+                    result=timed.results[0])
 
 
 def time_calls(clock: DeviceClock, fn: Callable[[], object], reps: int, warmup: int, batch: int = 1) -> CallTimes:
@@ -320,7 +325,7 @@ def time_calls(clock: DeviceClock, fn: Callable[[], object], reps: int, warmup: 
         timed = time_batch(clock, [fn] * min(batch, reps - len(times)))
         times += [timed.mean_ms] * len(timed.times_ms)
         hidden = hidden or timed.hidden_work
-    return CallTimes(times, hidden)
+    return CallTimes(times_ms=times, hidden_work=hidden)
 
 
 def plan_reps(estimate_ms: float, budget_ms: float, min_reps: int, max_reps: int) -> tuple[int, int]:

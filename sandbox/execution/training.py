@@ -62,7 +62,7 @@ def training_armed_bytes(total_memory: int) -> int:
     return max(ARMED_BYTES, total_memory // 3)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GradientTruth:
     """What the parent knows about one step's gradient before asking for it, in per-row units."""
 
@@ -79,7 +79,7 @@ class GradientTruth:
     """fp64 (len(rows), cols): what rtol applies to in the sampled rows (Training.gradient_magnitude)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GradientResult:
     passed: bool
     message: str | None = None
@@ -130,9 +130,10 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     """The child's gradient report against the truth (module doc); ValueError for malformed payloads."""
     rows, cols = shape
     if reply.dtype != dtype_name(torch.float32):
-        return GradientResult(False, f"predictions.grad has dtype {reply.dtype}, expected float32")
+        return GradientResult(passed=False, message=f"predictions.grad has dtype {reply.dtype}, expected float32")
     if list(reply.shape) != [rows, cols]:
-        return GradientResult(False, f"predictions.grad has shape {reply.shape}, expected {[rows, cols]}")
+        return GradientResult(passed=False,
+                              message=f"predictions.grad has shape {reply.shape}, expected {[rows, cols]}")
     if len(payloads) != 2:
         raise ValueError(f"expected 2 gradient payloads, got {len(payloads)}")
     to_rows = rows / truth.scale  # raw gradient -> per-row units
@@ -140,13 +141,14 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     finite = torch.isfinite(projections)
     if not bool(finite.all()):
         bad = int((~finite).nonzero()[0])
-        return GradientResult(False, f"the gradient has NaN/Inf values in {int((~finite).sum())} row(s); "
+        return GradientResult(passed=False,
+                              message=f"the gradient has NaN/Inf values in {int((~finite).sum())} row(s); "
                               f"first row {bad}")
     excess = (projections - truth.projections).abs() - truth.bounds
     wrong = (excess > 0).nonzero().flatten()
     if wrong.numel():
         r = int(wrong[0])
-        return GradientResult(False, (
+        return GradientResult(passed=False, message=(
             f"the gradient is wrong in {wrong.numel()} of {rows} rows (each row checked through a projection on "
             f"random weights drawn after the step): first row {r}, projection {float(projections[r]):.9g}, expected "
             f"{float(truth.projections[r]):.9g} (bound {float(truth.bounds[r]):.3g}); the gradient must be computed on "
@@ -154,7 +156,7 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     sampled = tensor_from_bytes(payloads[1], "float32", [len(truth.rows), cols]).double() * to_rows
     tol = task.training.gradient_tolerance
     if not bool(torch.isfinite(sampled).all()):
-        return GradientResult(False, "the gradient has NaN/Inf values")
+        return GradientResult(passed=False, message="the gradient has NaN/Inf values")
     error = (sampled - truth.sampled).abs()
     excess = error - (tol.atol + tol.rtol * truth.magnitudes)
     relative = float((error / truth.magnitudes.clamp_min(1e-300)).max()) if error.numel() else 0.0
@@ -162,11 +164,12 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     if error.numel() and bool((excess > 0).any()):
         flat = int(excess.argmax())
         r, c = divmod(flat, cols)
-        return GradientResult(False, (
+        return GradientResult(passed=False, message=(
             f"the gradient (in per-row units, batch * grad / scale) at row {truth.rows[r]}, column {c}: expected "
             f"{float(truth.sampled[r, c]):.9g}, got {float(sampled[r, c]):.9g}, error {float(error[r, c]):.3g} exceeds "
-            f"atol {tol.atol:g} + rtol {tol.rtol:g} * {float(truth.magnitudes[r, c]):.3g}"), worst, relative)
-    return GradientResult(True, None, worst, relative)
+            f"atol {tol.atol:g} + rtol {tol.rtol:g} * {float(truth.magnitudes[r, c]):.3g}"), max_abs_error=worst,
+                              max_rel_error=relative)
+    return GradientResult(passed=True, message=None, max_abs_error=worst, max_rel_error=relative)
 
 
 @dataclass
@@ -187,7 +190,7 @@ class TrainingExecution(Execution):
         grad = None if self.forward_only else gradient_truth(self.task, inputs, seed)
         del inputs
         self.truth_checks += 1
-        return CallTruth(loss, prints, grad)
+        return CallTruth(output=loss, prints=prints, gradient=grad)
 
     def check_grad(self, truth: GradientTruth, shape: tuple[int, ...], step: str, call: int = 0) -> GradientResult:
         """Ask for the gradient step `call` of the last trial or batch left (weights and rows only now); check it."""

@@ -37,7 +37,7 @@ SAMPLED_ROWS = 64
 escapes with probability (1 - f) ** 64 per step: 0.26% for f = 0.09, nil for the whole gradient."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Kept:
     """What one call left inside the window."""
 
@@ -158,10 +158,11 @@ class Keeper:
         taken = self._results[index] is not None
         output = self._output_raw[index * size:(index + 1) * size].tobytes() if taken else None
         if not self._sampled[index] or self._grads[index] is None:
-            return Kept(output)
+            return Kept(output=output)
         size = 8 * self._rows
-        return Kept(output, self._sampled[index], self._digest_raw[index * size:(index + 1) * size].tobytes(),
-                    self._weights)
+        return Kept(output=output, rows=self._sampled[index],
+                    row_digests=self._digest_raw[index * size:(index + 1) * size].tobytes(),
+                    weights=self._weights)
 
     def close(self) -> tuple[Kept, ...]:
         if self.cuda:  # queued on this stream after the batch's last call: wait for them alone
@@ -170,7 +171,7 @@ class Keeper:
             self._frozen = [self._fix(i) for i in range(self.calls)]
         if self.at_close is not None:
             self.findings = list(self.at_close())
-        return tuple(k if k is not None else Kept(None) for k in self._frozen)
+        return tuple(k if k is not None else Kept(output=None) for k in self._frozen)
 
 
 def raw_bytes(t: torch.Tensor) -> bytes:

@@ -1,6 +1,6 @@
 """The device-busy timeline: which job held which device when, how busy each device was, and any overlap.
 
-A *hold* is one claim's `sandbox.execution.phases` on one device, as the worker stamped it on the claim's `job_attempts`
+A *hold* is one claim's `sandbox.execute` on one device, as the worker stamped it on the claim's `job_attempts`
 row (service.worker.holds): a lane (`host/device`, one physical device), a start and an end. From the holds:
 
 - busy seconds and busy fraction per lane over a window (the union of its holds, so an overlap is not counted

@@ -1,4 +1,4 @@
-"""Record when a claim held a device: the start and end of `sandbox.execution.phases`, on its `job_attempts` row.
+"""Record when a claim held a device: the start and end of `sandbox.execute`, on its `job_attempts` row.
 
 These rows are what the device-busy timeline (service.observability.timeline) is drawn from, and what shows
 whether a device ever ran two jobs at once. A device is named as a *lane*, `host/device`, with

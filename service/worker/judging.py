@@ -1,6 +1,6 @@
 """The judge a worker calls, injected so the worker does not care which one it is.
 
-`SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execution.phases`.
+`SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execute`.
 Candidate code never runs in the worker's process: each candidate runs in its own isolated child, so the
 worker may call them from threads. Between `open` and `close` the judge keeps pre-started children per
 device (`sandbox.execution.warm.WarmPool`, `Settings.warm_spares`) and hands each candidate one of them, so that a
@@ -99,7 +99,7 @@ class CompileOnlyJudge(SandboxJudge):
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict:
         return Verdict(status=Status.CORRECT, task=prepared.task_id, device=device,
-                       source_sha256=prepared.source_sha256, toolchain=prepared.toolchain, stages=prepared.stages,
+                       source_sha256=prepared.code_sha256, toolchain=prepared.toolchain, stages=prepared.stages,
                        imports=prepared.imports, compile_log=prepared.compile_log,
                        diagnosis="compile-only judge (load testing): compiled, NOT run, NOT checked, NOT timed",
                        details={"judge_mode": self.mode, "executed": False})

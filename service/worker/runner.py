@@ -2,7 +2,7 @@
 
     claim loop ──> compile threads (sandbox.prepare, CPU, N at once) ──> compiled queue
                                                                            │
-                       one executor thread per device (sandbox.execution.phases) <──┘ ──> finish (verdict)
+                       one executor thread per device (sandbox.execute) <──┘ ──> finish (verdict)
     heartbeat thread: extends the leases of the jobs this worker is still working on (the `held` map, which
     every stage leaves when it ends, however it ends), notices jobs taken away, refreshes the `workers` row.
     watchdog thread (service.worker.watchdog): a job held in one phase far longer than that phase's limit allows

@@ -65,7 +65,7 @@ class StallLimits:
     devices jobs, so at most that many executions, each under the running limit, come before a compiled job on
     the device that takes it. While every executor is itself stalled, compiled jobs cannot move: stalled at once."""
     executing_s: float
-    """`run_timeout_s` + margin: sandbox.execution.phases's child is killed at its wall limit (`run_timeout_s`) and the
+    """`run_timeout_s` + margin: sandbox.execute's child is killed at its wall limit (`run_timeout_s`) and the
     verdict is a timeout; the margin covers the hand-over of a pre-started child and baselines measured on a
     device model's first candidate (eager and torch.compile of the reference, cached afterwards)."""
     recording_s: float

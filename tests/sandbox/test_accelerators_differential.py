@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.build import accel as build_accel
-from sandbox.execution import phases as execute
+from sandbox import execute
 from sandbox.config import JudgeConfig
 from sandbox.extract import extract_candidate
 from sandbox.pipeline import PreparedCandidate, prepare

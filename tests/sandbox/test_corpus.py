@@ -77,8 +77,7 @@ def test_a_child_that_cannot_start_is_a_system_error_not_the_candidates(judge_co
     judge's failure: system_error, which the service retries, never a verdict against the candidate."""
     from dataclasses import replace
 
-    from sandbox import prepare
-    from sandbox.execution import phases as execute
+    from sandbox import execute, prepare
 
     source = (CORPUS / "cpu" / "kl_div_cpp_correct.py").read_text()
     prepared = prepare("kl_div", source, target="cpu", config=judge_config)

@@ -173,7 +173,7 @@ class LiveThreadsMeter(cputime.Meter):
         self.root_pid, self.cgroup, self.source = root_pid, None, "live-threads"
 
     def read(self) -> cputime.Reading:
-        return cputime.Reading(self.source, live_threads_ns(self.root_pid))
+        return cputime.Reading(source=self.source, total_ns=live_threads_ns(self.root_pid))
 
 
 class ClocksMeter(cputime.Meter):

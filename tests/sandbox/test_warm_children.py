@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict, prepare
-from sandbox.execution import phases as execute
+from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict, execute, prepare
 from sandbox.execution.warm import DeviceGate, WarmPool
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "cpu"
