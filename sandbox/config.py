@@ -34,8 +34,8 @@ class JudgeConfig:
     which holds the device. Its extensions are built by then and the child never compiles (sandbox/build/no_build.py),
     so an honest import is Python running the module, ninja's dry run and the loading of each built library
     (and Triton's import where used): 0.02-0.14 s for the C++ corpus candidates on a loaded 2-core CPU host,
-    a few seconds on an H100 host. 30 s is ~10x the latter, room for a loaded host and a cold page cache; the
-    limit used to be compile_timeout_s (300 s), which a compile under the device hold used up (issue 24)."""
+    a few seconds on an H100 host. 30 s is ~10x the latter, room for a loaded host and a cold page cache; a
+    build's limit (compile_timeout_s, 300 s) here would let a compile hold the device for minutes (issue 24)."""
     call_timeout_s: float = 30.0
     """Wall limit for one candidate forward call: the official kl_div reference takes ~4 ms on an H100."""
     memory_limit_bytes: int = 16 << 30

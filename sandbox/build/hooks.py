@@ -121,8 +121,8 @@ def variants(accel_dir: str) -> list[tuple[list[str], str]]:
 
 def compiler_mismatch(built_with: str) -> str | None:
     """Why a PCH built with this compiler cannot serve this build's, or None. g++ rejects a PCH that another
-    executable wrote and parses the header instead, silently: a judge whose CXX differed from the child's
-    compiler once had every PCH of a host rejected that way (docs/benchmarks.md). Checked here, in the child,
+    executable wrote and parses the header instead, silently: a judge whose CXX differs from the child's
+    compiler has every PCH of its host rejected that way (docs/benchmarks.md). Checked here, in the child,
     against the compiler torch will run here, so that a mismatch is a line in the build log."""
     import torch.utils.cpp_extension as ext  # torch's extension builder: loaded where a build is hooked
 

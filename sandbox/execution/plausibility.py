@@ -35,13 +35,12 @@ measured with scripts/measure_timing_bound.py on honest candidates, idle and wit
 
 - CPU (the 2-core CI machine, C++ candidates kl_div, cross_entropy, the log-then-reduce control, load
   average 9-17 with and without 3 more busy loops): claim / (run - empty) was 1.0-1.5 (the child's clock
-  also counts the time it waited for a CPU, the kernel's accounting does not). But later, with two workers
-  and the test suite sharing the 2 cores (load average ~9), honest kl_div_cpp_correct measured 0.80 twice
-  (docs/results/multi-device-cpu-2026-11-23.md), which the first rule (0.8) flagged; 0.6 was 25% under that.
-  Then on a faster 2-core machine (2026-11-25: kl_div_cpp_correct's call 0.19 ms, where the harness's own
-  per-call work beyond an empty call's, ~0.17 ms, outweighs RUN_NOISE_MS) honest ratios were 0.61-0.75 idle and
-  0.56 and 0.59 in the test suite (two honest candidates judged tamper_detected in two runs of it); 0.45 is 20%
-  under that. On the CPU the rule now catches an understatement past ~2.5x on calls of 0.7 ms and more, past
+  also counts the time it waited for a CPU, the kernel's accounting does not); with two workers and the test
+  suite sharing the 2 cores (load average ~9), honest kl_div_cpp_correct measured 0.80
+  (docs/results/multi-device-cpu-2026-11-23.md). On a faster 2-core machine (kl_div_cpp_correct's call 0.19 ms,
+  where the harness's own per-call work beyond an empty call's, ~0.17 ms, outweighs RUN_NOISE_MS) honest
+  ratios were 0.61-0.75 idle and down to 0.56 in the test suite. 0.45 is 20% under the lowest. On the CPU the
+  rule catches an understatement past ~2.5x on calls of 0.7 ms and more, past
   ~4x on a 0.3 ms call; the CPU profile exists to test the pipeline, and its forgeries of the clock itself are
   caught by the identity snapshots, not by this rule.
 - GPU (H100, 2026-11-23, docs/results/timing-bound-h100-2026-11-23.log: kl_div_fast, cross_entropy_fast,
@@ -54,15 +53,15 @@ MIN_CLAIM_FRACTION_TRAINING = {"cpu": 0.6, "cuda": 0.45}
 """The same for the training variants' timed calls (the step, and the forward alone). Their round trips
 carry per-call host work of the judge's own that an empty call has not: a gradient-requiring leaf per call,
 and the batch's and the previous batch's gradients kept alive for the recycled-gradient check, so every
-step's 1 GiB gradient is a fresh allocation. On the H100 (2026-11-23 evening, docs/results/, batches of
+step's 1 GiB gradient is a fresh allocation. On the H100 (docs/results/, 2026-11-23, batches of
 1 kl_div and 5 cross_entropy steps) honest claim / floor was 0.73-0.90 for the step and 0.58-0.72 for the
 forward alone, and 0.65 flagged three honest kernels; 0.45 is 23% under the lowest. An understatement past
 2.2x is caught here, and on a fast kernel the speed-of-light rule bounds it more tightly."""
 RUN_NOISE_MS = 0.1
 """How much more CPU a real call's round trip may take, per call, beyond its own work than an empty call's
-(the module call, pybind, the candidate's Python, a larger output path). It is paid by every call of a batch
-(the first scheme spread it over the batch's calls, which flagged honest cross_entropy_fast at batch 8 on a
-loaded H100 host: claim / floor 0.64). Measured on the H100 (2026-11-23 evening, 8 honest forward kernels):
+(the module call, pybind, the candidate's Python, a larger output path). It is paid by every call of a batch:
+spread over the batch's calls, it would flag honest cross_entropy_fast at batch 8 on a loaded H100 host
+(claim / floor 0.64). Measured on the H100 (2026-11-23, 8 honest forward kernels):
 run - empty - claim was 0.04-0.32 ms per call, the largest on device-bound kl_div calls (where the host spins
 through the call anyway) and 0.04-0.12 ms on the host-bound cross_entropy calls of batch 8."""
 
