@@ -28,6 +28,7 @@ from sandbox.candidate import PreparedCandidate
 from sandbox.config import JudgeConfig
 from sandbox.execution.run import execute
 from sandbox.extract import ExtractionError, extract_candidate
+from sandbox.stages import timed
 from sandbox.static_checks import check_source
 from sandbox.supervisor import ChildFailure, ChildSession
 from sandbox.verdict import CompileError, Status, Verdict
@@ -53,23 +54,22 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
     config = config or JudgeConfig()
     task = get_task(task_id)
     stages: dict[str, float] = {}
-    t0 = time.monotonic()
-    text_sha256 = _sha256(raw_source)
-    try:
-        source = extract_candidate(raw_source)
-    except ExtractionError as exc:
-        return _verdict(Status.COMPILE_ERROR, f"no candidate found: {exc}", task.id.value, target, text_sha256,
-                        details={"stage": "extract"})
-    code_sha256 = _sha256(source)
-    stages["extract"] = time.monotonic() - t0
-
-    t0 = time.monotonic()
-    try:
-        report = check_source(source, task.forbidden_python_names, task.forbidden_aten_ops)
-    except SyntaxError as exc:
-        return _verdict(Status.COMPILE_ERROR, f"Python syntax error at line {exc.lineno}: {exc.msg}", task.id.value,
-                        target, code_sha256, stages=stages, details={"stage": "static_checks", "line": exc.lineno})
-    stages["static_checks"] = time.monotonic() - t0
+    # A rejection is built inside its stage's block: it carries the stages before that one (sandbox/stages.py).
+    with timed(stages, "extract"):
+        text_sha256 = _sha256(raw_source)
+        try:
+            source = extract_candidate(raw_source)
+        except ExtractionError as exc:
+            return _verdict(Status.COMPILE_ERROR, f"no candidate found: {exc}", task.id.value, target, text_sha256,
+                            details={"stage": "extract"})
+        code_sha256 = _sha256(source)
+    with timed(stages, "static_checks"):
+        try:
+            report = check_source(source, task.forbidden_python_names, task.forbidden_aten_ops)
+        except SyntaxError as exc:
+            return _verdict(Status.COMPILE_ERROR, f"Python syntax error at line {exc.lineno}: {exc.msg}",
+                            task.id.value, target, code_sha256, stages=stages,
+                            details={"stage": "static_checks", "line": exc.lineno})
     common = dict(stages=stages, imports=report.imports)
     policy = [f for f in report.findings if f.rule in ("forbidden_operator", "judge_import")]
     if policy:
@@ -90,13 +90,12 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
         chain += f"; built at host paths ({config.isolation})"
     key = compiler.build_key(source, chain)
     paths = compiler.KeyPaths.of(config.build_root, key)
-    t0 = time.monotonic()
-    try:
-        result = _build_once(task, paths, source, target, config)
-    except OSError as exc:  # the cache disk (full, read-only): ours, and nothing is stored
-        return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id.value, target,
-                        code_sha256, details={"stage": "compile"}, **common)
-    stages["compile"] = time.monotonic() - t0
+    with timed(stages, "compile"):
+        try:
+            result = _build_once(task, paths, source, target, config)
+        except OSError as exc:  # the cache disk (full, read-only): ours, and nothing is stored
+            return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id.value,
+                            target, code_sha256, details={"stage": "compile"}, **common)
     pch_note = build_advice.pch_note(result.pch_building_s, stages["compile"])
     if pch_note:  # its own stage, so that the compile's seconds are the candidate's
         stages["pch_build"] = result.pch_building_s

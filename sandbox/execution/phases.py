@@ -43,6 +43,7 @@ from sandbox.compare import compare, dtype_name, fingerprint, tensor_from_bytes
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
 from sandbox.supervisor import ChildFailure, ChildResult, ChildSession
+from sandbox.stages import timed
 from sandbox.execution.timing import batch_size, plan_reps, summarize
 from sandbox.verdict import Performance, Status, TimingStats, TrialResult
 
@@ -216,15 +217,10 @@ class Execution:
     @contextlib.contextmanager
     def stage(self, stage: Stage) -> Iterator[None]:
         """The one way to time a phase: wall seconds in `stages`, the parent's CPU seconds beside them."""
-        name = stage.value
         self.current = stage
-        with self.warm.gate.phase(name, self.stages) if self.warm is not None else contextlib.nullcontext():
-            wall, cpu = time.monotonic(), time.process_time()
-            try:
+        with self.warm.gate.phase(stage.value, self.stages) if self.warm is not None else contextlib.nullcontext():
+            with timed(self.stages, stage.value, self.parent_cpu_s):
                 yield
-            finally:
-                self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - wall
-                self.parent_cpu_s[name] = self.parent_cpu_s.get(name, 0.0) + time.process_time() - cpu
 
     # --- talking to the child -------------------------------------------------------------------
 
