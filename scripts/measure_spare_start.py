@@ -39,7 +39,8 @@ from sandbox.execution import bytecode  # noqa: E402
 from sandbox.config import JudgeConfig  # noqa: E402
 from sandbox.supervisor import ChildPaths, ChildSession, child_env, code_binds  # noqa: E402
 
-CHILD_IMPORTS = "import sandbox.child.harness, importlib; importlib.import_module('torch._dynamo')"
+CHILD_IMPORTS = ("import sandbox.child.harness, sandbox.child.training, importlib; "
+                 "importlib.import_module('torch._dynamo')")
 PACKAGES = ("torch", "pydantic", "pydantic_core", "numpy", "sympy", "sandbox", "reference")
 
 
