@@ -63,5 +63,6 @@ def main(argv: list[str] | None = None) -> None:
     serve(child, args.cmd_fd)
 
 
-main()
-exit_now()
+if __name__ == "__main__":  # run by `python -m sandbox.child`, never on import
+    main()
+    exit_now()
