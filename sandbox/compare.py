@@ -77,7 +77,7 @@ def _position_weights(device: torch.device) -> torch.Tensor:
     return torch.arange(FINGERPRINT_PERIOD, dtype=torch.int64, device=device) % 65521 + 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     passed: bool
     max_abs_error: float | None
@@ -91,18 +91,21 @@ class Comparison:
 def compare(output: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float) -> Comparison:
     """|out - truth| <= atol + rtol*|truth| everywhere, in fp64; NaN or Inf never pass."""
     if tuple(output.shape) != tuple(truth.shape):
-        return Comparison(False, None, None, None, None, None,
-                          f"output shape {list(output.shape)} differs from expected {list(truth.shape)}")
+        return Comparison(passed=False, max_abs_error=None, max_rel_error=None, worst_index=None, expected=None,
+                          got=None,
+                          message=f"output shape {list(output.shape)} differs from expected {list(truth.shape)}")
     out = output.to(torch.float64).reshape(-1)
     ref = truth.to(torch.float64).cpu().reshape(-1)
     if out.numel() == 0:
-        return Comparison(True, 0.0, 0.0, None, None, None, None)
+        return Comparison(passed=True, max_abs_error=0.0, max_rel_error=0.0, worst_index=None, expected=None, got=None,
+                          message=None)
     finite = torch.isfinite(out)
     if not bool(finite.all()):
         flat = int((~finite).nonzero()[0])
         index = list(torch.unravel_index(torch.tensor(flat), truth.shape)) if truth.dim() else []
-        return Comparison(False, float("inf"), float("inf"), [int(i) for i in index], float(ref[flat]),
-                          float(out[flat]), f"output contains {int((~finite).sum())} NaN/Inf value(s)")
+        return Comparison(passed=False, max_abs_error=float("inf"), max_rel_error=float("inf"),
+                          worst_index=[int(i) for i in index], expected=float(ref[flat]),
+                          got=float(out[flat]), message=f"output contains {int((~finite).sum())} NaN/Inf value(s)")
     abs_err = (out - ref).abs()
     rel_err = abs_err / ref.abs().clamp_min(1e-300)
     excess = abs_err - (atol + rtol * ref.abs())
@@ -113,5 +116,6 @@ def compare(output: torch.Tensor, truth: torch.Tensor, atol: float, rtol: float)
         f"error {float(abs_err[flat]):.3g} (relative {float(rel_err[flat]):.3g}) exceeds atol {atol:g} + rtol {rtol:g}"
         f" * |expected|: expected {float(ref[flat]):.9g}, got {float(out[flat]):.9g}"
     )
-    return Comparison(passed, float(abs_err.max()), float(rel_err.max()), index, float(ref[flat]), float(out[flat]),
-                      message)
+    return Comparison(passed=passed, max_abs_error=float(abs_err.max()), max_rel_error=float(rel_err.max()),
+                      worst_index=index, expected=float(ref[flat]), got=float(out[flat]),
+                      message=message)

@@ -31,11 +31,11 @@ class JudgeConfig:
     """Wall limit for the whole execution child (import, trials, timing)."""
     load_timeout_s: float = 30.0
     """Wall limit, in seconds, for importing the candidate in the execution child (its module and ModelNew()),
-    which holds the device. Its extensions are built by then and the child never compiles (sandbox/no_build.py),
+    which holds the device. Its extensions are built by then and the child never compiles (sandbox/build/no_build.py),
     so an honest import is Python running the module, ninja's dry run and the loading of each built library
     (and Triton's import where used): 0.02-0.14 s for the C++ corpus candidates on a loaded 2-core CPU host,
-    a few seconds on an H100 host. 30 s is ~10x the latter, room for a loaded host and a cold page cache; the
-    limit used to be compile_timeout_s (300 s), which a compile under the device hold used up (issue 24)."""
+    a few seconds on an H100 host. 30 s is ~10x the latter, room for a loaded host and a cold page cache; a
+    build's limit (compile_timeout_s, 300 s) here would let a compile hold the device for minutes (issue 24)."""
     call_timeout_s: float = 30.0
     """Wall limit for one candidate forward call: the official kl_div reference takes ~4 ms on an H100."""
     memory_limit_bytes: int = 16 << 30
@@ -60,23 +60,23 @@ class JudgeConfig:
     compile_jobs: int = int(os.environ.get("JUDGE_COMPILE_JOBS", "2"))
     """ninja's parallelism inside one build (MAX_JOBS); the service runs several builds at once."""
     precompiled_headers: bool = os.environ.get("JUDGE_PRECOMPILED_HEADERS", "1") != "0"
-    """Offer builds a precompiled torch/extension.h (sandbox/build_accel.py): ~3x less g++ time for main.cpp,
+    """Offer builds a precompiled torch/extension.h (sandbox/build/accel.py): ~3x less g++ time for main.cpp,
     same object code. Built once per host under cache_root, on first need."""
     pch_subset: bool = os.environ.get("JUDGE_PCH_SUBSET", "1") != "0"
-    """Offer main.cpp the PCH of torch/extension.h less torch's C++ frontend first (sandbox/build_accel.py):
+    """Offer main.cpp the PCH of torch/extension.h less torch's C++ frontend first (sandbox/build/accel.py):
     about half the g++ time of the full PCH; a main.cpp that needs the frontend is compiled again with it."""
     slim_headers: bool = os.environ.get("JUDGE_SLIM_HEADERS", "1") != "0"
-    """Compile a CUDA candidate's .cu against slim torch headers first (sandbox/slim_headers.py): ~3.5x less
+    """Compile a CUDA candidate's .cu against slim torch headers first (sandbox/build/slim_headers.py): ~3.5x less
     nvcc time for a typical candidate; a .cu that needs the full headers is built again with them."""
     split_nvcc: bool = os.environ.get("JUDGE_SPLIT_NVCC", "0") == "1"
-    """Compile a .cu with nvcc's host and device front ends side by side (sandbox/nvcc_split.py): the same
+    """Compile a .cu with nvcc's host and device front ends side by side (sandbox/build/nvcc_split.py): the same
     steps and outputs, the .cu's nvcc 27% faster alone (16.2 to 11.9 s, 2 cores). Off by default: with 8
     builds at once on the H100's 16 cores the second lane slowed main.cpp, the longer step, and the p50 build
     went from 26.2 to 30.4 s (docs/benchmarks.md). Only under bubblewrap, which puts the driver in nvcc's place."""
     child_threads: int = int(os.environ.get("JUDGE_CHILD_THREADS", "1"))
     """CPU threads for torch in the child and for the CPU baselines, so both are timed alike."""
     spare_context_at_start: bool = os.environ.get("JUDGE_SPARE_CONTEXT_AT_START", "0") != "0"
-    """A pre-started child (sandbox/warm.py) creates its device context while it starts, beside whatever
-    candidate is being timed, rather than inside the device gate (scripts/measure_spare_overlap.py measures
+    """A pre-started child (sandbox/execution/warm.py) creates its device context while it starts, beside whatever
+    candidate is being timed, rather than inside the device gate (scripts/experiments/measure_spare_overlap.py measures
     what a context creation does to a kernel timed beside it)."""
     check_extra_shapes: bool = True

@@ -77,7 +77,7 @@ Whatever the mechanism:
   created, RLIMIT_AS for CPU-only jobs, and nothing for GPU jobs (CUDA reserves terabytes of virtual
   address space, so RLIMIT_AS would break every honest kernel). `memory_mechanism` says which ran;
 - CPU time: the same cgroup accounts every task the job ever ran (v2 `cpu.stat`; v1 a cpuacct cgroup of its
-  own), which the timing bound reads (sandbox/cputime.py); without one, the processes' clocks are read;
+  own), which the timing bound reads (sandbox/execution/cputime.py); without one, the processes' clocks are read;
 - processes: cgroup pids.max. Without a cgroup we set RLIMIT_NPROC, but the kernel does not apply it to
   processes whose real uid is host root, and bwrap maps any uid inside its user namespace back to the
   invoking uid (we checked: `--unshare-user --uid 65534` under root still forks past the limit). Running
@@ -201,7 +201,7 @@ def _own_cgroup_v1(controller: str) -> Path:
 class Cgroup:
     """A per-job cgroup with memory and pids limits, on cgroup v2 or v1; `create` is None where not writable.
 
-    It also accounts the job's CPU time (`cpu_usage_ns`, read by sandbox/cputime.py): v2 keeps it in every
+    It also accounts the job's CPU time (`cpu_usage_ns`, read by sandbox/execution/cputime.py): v2 keeps it in every
     cgroup; on v1 the cpuacct hierarchy gets a cgroup of its own, where one can be made (without it the job
     still runs, and its CPU time is read from its processes' clocks)."""
 
@@ -601,7 +601,8 @@ class SandboxedProcess:
         return popen
 
     def restart_clock(self, wall_s: float) -> None:
-        """Let the wall-time limit run `wall_s` from now: a pre-started child's (sandbox/warm.py) limit runs from
+        """Let the wall-time limit run `wall_s` from now: a pre-started child's (sandbox/execution/warm.py) limit runs
+        from
         the moment it is handed a candidate, not from its start. The watchdog reads the deadline every 0.5 s."""
         self._deadline = time.monotonic() + wall_s
 
@@ -708,7 +709,7 @@ def start(spec: SandboxSpec, mechanism: str = "auto") -> SandboxedProcess:
     return SandboxedProcess(spec, available_mechanism(mechanism))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Completed:
     returncode: int | None
     """Negative: killed by that signal."""
@@ -736,6 +737,8 @@ def run(spec: SandboxSpec, mechanism: str = "auto") -> Completed:
         proc.wait()
     finally:
         proc.cleanup()
-    return Completed(proc.returncode, proc.stdout, proc.stderr, proc.timed_out, proc.oom_killed, proc.flooded,
-                     proc.output_truncated_bytes, time.monotonic() - started, proc.mechanism,
-                     proc.memory_mechanism, proc.pids_mechanism)
+    return Completed(returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr, timed_out=proc.timed_out,
+                     oom_killed=proc.oom_killed, flooded=proc.flooded,
+                     output_truncated_bytes=proc.output_truncated_bytes, duration_s=time.monotonic() - started,
+                     mechanism=proc.mechanism,
+                     memory_mechanism=proc.memory_mechanism, pids_mechanism=proc.pids_mechanism)

@@ -1,7 +1,7 @@
 """The judging pipeline: extract -> static checks -> compile -> isolated run (correctness, timing) -> Verdict.
 
 `prepare` (here) is CPU-only work (the service runs it in a compile pool); `execute`
-(sandbox/execute.py) needs the device and runs one candidate at a time on it. Every way a candidate can
+(sandbox/execution/run.py) needs the device and runs one candidate at a time on it. Every way a candidate can
 fail ends in a `Verdict`; only a failure
 of the judge's own machinery ends in `system_error`.
 """
@@ -11,22 +11,24 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from reference import Task, get_task
-from sandbox import build_advice
-from sandbox import compile as build
-from sandbox import compile_errors
+from sandbox.build import advice as build_advice
+from sandbox.build import compiler
+from sandbox.build import errors as compile_errors
 from sandbox import isolation
 from sandbox import protocol as msg
 from sandbox import static_checks
+from sandbox.candidate import PreparedCandidate
 from sandbox.config import JudgeConfig
-from sandbox.execute import execute
+from sandbox.execution.run import execute
 from sandbox.extract import ExtractionError, extract_candidate
+from sandbox.stages import timed
 from sandbox.static_checks import check_source
 from sandbox.supervisor import ChildFailure, ChildSession
 from sandbox.verdict import CompileError, Status, Verdict
@@ -34,38 +36,14 @@ from sandbox.verdict import CompileError, Status, Verdict
 __all__ = ["PreparedCandidate", "execute", "judge", "prepare"]
 
 
-@dataclass(frozen=True)
-class PreparedCandidate:
-    """A candidate that passed extraction and static checks and whose extensions are built."""
-
-    task_id: str
-    source: str
-    """The extracted Python module defining ModelNew."""
-    source_sha256: str
-    build_key: str
-    """sha256 of (source, toolchain): names the build directory; equal keys are compiled once."""
-    build_dir: Path
-    """The candidate's build directory (its /build when it was built): written by candidate code, never trusted."""
-    source_path: Path
-    """The checked source, judge-owned, outside build_dir: what a child must import (sandbox/compile.py)."""
-    toolchain: str
-    target: str
-    """"cpu" or "cuda": what the extensions were built for."""
-    imports: list[str] = field(default_factory=list)
-    stages: dict[str, float] = field(default_factory=dict)
-    compile_log: str = ""
-    compile_cached: bool = False
-    build_advice: str | None = None
-    """How to make this candidate's build fast, when its .cu or main.cpp needed torch's full headers
-    (sandbox/build_advice.py)."""
-
-
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _verdict(status: Status, diagnosis: str, task_id: str, device: str, source_sha: str, **kw: Any) -> Verdict:
-    return Verdict(status=status, diagnosis=diagnosis, task=task_id, device=device, source_sha256=source_sha, **kw)
+def _verdict(status: Status, diagnosis: str, task_id: str, device: str, judged_sha256: str, **kw: Any) -> Verdict:
+    """`judged_sha256`: the extracted code's hash, or the text's where no code could be extracted (the Verdict's
+    `source_sha256`, a stored column and an API field, keeps its name)."""
+    return Verdict(status=status, diagnosis=diagnosis, task=task_id, device=device, source_sha256=judged_sha256, **kw)
 
 
 # --- prepare: extract, check, compile ------------------------------------------------------------
@@ -76,117 +54,118 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
     config = config or JudgeConfig()
     task = get_task(task_id)
     stages: dict[str, float] = {}
-    t0 = time.monotonic()
-    raw_sha = _sha256(raw_source)
-    try:
-        source = extract_candidate(raw_source)
-    except ExtractionError as exc:
-        return _verdict(Status.COMPILE_ERROR, f"no candidate found: {exc}", task.id.value, target, raw_sha,
-                        details={"stage": "extract"})
-    sha = _sha256(source)
-    stages["extract"] = time.monotonic() - t0
-
-    t0 = time.monotonic()
-    try:
-        report = check_source(source, task.forbidden_python_names, task.forbidden_aten_ops)
-    except SyntaxError as exc:
-        return _verdict(Status.COMPILE_ERROR, f"Python syntax error at line {exc.lineno}: {exc.msg}", task.id.value,
-                        target, sha, stages=stages, details={"stage": "static_checks", "line": exc.lineno})
-    stages["static_checks"] = time.monotonic() - t0
+    # A rejection is built inside its stage's block: it carries the stages before that one (sandbox/stages.py).
+    with timed(stages, "extract"):
+        text_sha256 = _sha256(raw_source)
+        try:
+            source = extract_candidate(raw_source)
+        except ExtractionError as exc:
+            return _verdict(Status.COMPILE_ERROR, f"no candidate found: {exc}", task.id.value, target, text_sha256,
+                            details={"stage": "extract"})
+        code_sha256 = _sha256(source)
+    with timed(stages, "static_checks"):
+        try:
+            report = check_source(source, task.forbidden_python_names, task.forbidden_aten_ops)
+        except SyntaxError as exc:
+            return _verdict(Status.COMPILE_ERROR, f"Python syntax error at line {exc.lineno}: {exc.msg}",
+                            task.id.value, target, code_sha256, stages=stages,
+                            details={"stage": "static_checks", "line": exc.lineno})
     common = dict(stages=stages, imports=report.imports)
     policy = [f for f in report.findings if f.rule in ("forbidden_operator", "judge_import")]
     if policy:
         first = policy[0]
-        return _verdict(Status.POLICY_VIOLATION, f"line {first.line}: {first.message}", task.id.value, target, sha,
+        return _verdict(Status.POLICY_VIOLATION, f"line {first.line}: {first.message}", task.id.value, target,
+                        code_sha256,
                         details={"stage": "static_checks", "rule": first.rule,
                                  "findings": [f.__dict__ for f in report.findings]}, **common)
     if report.findings:
-        return _verdict(Status.COMPILE_ERROR, report.findings[0].message, task.id.value, target, sha,
+        return _verdict(Status.COMPILE_ERROR, report.findings[0].message, task.id.value, target, code_sha256,
                         details={"stage": "static_checks", "rule": report.findings[0].rule}, **common)
 
-    chain = build.toolchain(target)
+    chain = compiler.toolchain(target)
     if config.isolation in ("unshare", "none"):
         # ninja records the paths a build ran at: /build under bubblewrap, the host's directory under the weaker
         # mechanisms. A build made under one is not up to date under the other, and the execution child never
-        # builds (sandbox/no_build.py), so the two must not share a build.
+        # builds (sandbox/build/no_build.py), so the two must not share a build.
         chain += f"; built at host paths ({config.isolation})"
-    key = build.build_key(source, chain)
-    paths = build.KeyPaths.of(config.build_root, key)
-    t0 = time.monotonic()
-    try:
-        result = _build_once(task, paths, source, target, config)
-    except OSError as exc:  # the cache disk (full, read-only): ours, and nothing is stored
-        return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id.value, target,
-                        sha, details={"stage": "compile"}, **common)
-    stages["compile"] = time.monotonic() - t0
+    key = compiler.build_key(source, chain)
+    paths = compiler.KeyPaths.of(config.build_root, key)
+    with timed(stages, "compile"):
+        try:
+            result = _build_once(task, paths, source, target, config)
+        except OSError as exc:  # the cache disk (full, read-only): ours, and nothing is stored
+            return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id.value,
+                            target, code_sha256, details={"stage": "compile"}, **common)
     pch_note = build_advice.pch_note(result.pch_building_s, stages["compile"])
     if pch_note:  # its own stage, so that the compile's seconds are the candidate's
         stages["pch_build"] = result.pch_building_s
         stages["compile"] -= result.pch_building_s
-    log = build.trim_log(result.log if pch_note is None else f"[judge] {pch_note}\n{result.log}")
+    log = compiler.trim_log(result.log if pch_note is None else f"[judge] {pch_note}\n{result.log}")
     fields = dict(toolchain=chain, compile_log=log, **common)
-    rejected = _rejection(result, task.id.value, target, sha, config, fields,
+    rejected = _rejection(result, task.id.value, target, code_sha256, config, fields,
                           sent_offset=_sent_offset(raw_source, source), pch_note=pch_note)
     if rejected is not None:
         return rejected
-    return PreparedCandidate(task_id=task.id.value, source=source, source_sha256=sha, build_key=key,
+    return PreparedCandidate(task_id=task.id.value, source=source, code_sha256=code_sha256, build_key=key,
                              build_dir=paths.build, source_path=paths.source, toolchain=chain, target=target,
                              imports=report.imports, stages=stages, compile_log=log, compile_cached=result.cached,
                              build_advice=build_advice.advice(result.log, result.seconds))
 
 
-def _build_once(task: Task, paths: build.KeyPaths, source: str, target: str, config: JudgeConfig) -> build.BuildResult:
+def _build_once(task: Task, paths: compiler.KeyPaths, source: str, target: str,
+                config: JudgeConfig) -> compiler.BuildResult:
     """This key's stored outcome, or a fresh build's, stored when it is the candidate's own. One builder per
     key at a time (the lock); the parent never follows anything the build left in paths.build."""
-    accel = build.accelerator_config(config, target)
-    with build.build_lock(config.build_root, paths.key_dir.name):
-        stored = build.load_result(paths, accel)
+    accel = compiler.accelerator_config(config, target)
+    with compiler.build_lock(config.build_root, paths.key_dir.name):
+        stored = compiler.load_result(paths, accel)
         if stored is not None:
             return stored
-        build.start_build(paths, source)
+        compiler.start_build(paths, source)
         result = _run_build(task, paths, target, config)
         if result.storable:
-            refused = build.audit(paths.build)
+            refused = compiler.audit(paths.build)
             if refused:
-                build.clear_build(paths.build)
+                compiler.clear_build(paths.build)
                 result = replace(result, refused=refused)
             else:
-                build.place_source(paths)
+                compiler.place_source(paths)
                 if result.build_failed:  # read while the build directory is as the build left it
                     placed = compile_errors.place(result.log, source, paths.build)
                     result = replace(result, compile_errors=tuple(e.model_dump() for e in placed))
-            build.store_result(paths, result, accel)
+            compiler.store_result(paths, result, accel)
         return result
 
 
-def _rejection(result: build.BuildResult, task_id: str, target: str, sha: str, config: JudgeConfig,
+def _rejection(result: compiler.BuildResult, task_id: str, target: str, code_sha256: str, config: JudgeConfig,
                fields: dict[str, Any], sent_offset: int | None = None, pch_note: str | None = None) -> Verdict | None:
     """The verdict of a build that ends the candidate's judging here, or None when it goes on to execution.
     `sent_offset`: lines of the text as sent before the judged module (a completion's prose), for the errors'
     `sent_line`; `pch_note`: what building the host's shared headers added to this build's time."""
     if result.infrastructure:
         return _verdict(Status.SYSTEM_ERROR, f"the build failed for reasons of the judge's: {result.infrastructure}",
-                        task_id, target, sha, details={"stage": "compile", "infrastructure": result.infrastructure},
+                        task_id, target, code_sha256, details={"stage": "compile",
+                                                               "infrastructure": result.infrastructure},
                         **fields)
     if result.refused:
         return _verdict(Status.POLICY_VIOLATION, f"the build left {result.refused}: a build directory may hold only "
-                        "regular files and directories", task_id, target, sha,
+                        "regular files and directories", task_id, target, code_sha256,
                         details={"stage": "compile", "rule": "build_directory"}, **fields)
     if result.tripwire_hits:
         return _verdict(Status.POLICY_VIOLATION, f"called {result.tripwire_hits[0]} while being imported",
-                        task_id, target, sha, details={"stage": "compile", "rule": "forbidden_operator",
+                        task_id, target, code_sha256, details={"stage": "compile", "rule": "forbidden_operator",
                                                        "calls": list(result.tripwire_hits)}, **fields)
     if result.timed_out:
         return _verdict(Status.TIMEOUT, f"compilation did not finish within {config.compile_timeout_s:.0f} s",
-                        task_id, target, sha, details={"stage": "compile"}, **fields)
+                        task_id, target, code_sha256, details={"stage": "compile"}, **fields)
     missing = _missing_module(result)
     if missing:
         return _verdict(Status.COMPILE_ERROR, f"importing the candidate failed: no module named {missing!r} on this "
                         f"judge. This host judges: {'; '.join(static_checks.supported_languages())}.", task_id,
-                        target, sha, details={"stage": "compile", "rule": "import_failed", "module": missing},
+                        target, code_sha256, details={"stage": "compile", "rule": "import_failed", "module": missing},
                         **fields)
     if result.build_failed:
-        errors = build.first_errors(result.log)
+        errors = compiler.first_errors(result.log)
         placed = [CompileError.model_validate(e) for e in result.compile_errors]
         for error in placed:
             if error.file_line is not None and sent_offset is not None:
@@ -194,7 +173,8 @@ def _rejection(result: build.BuildResult, task_id: str, target: str, sha: str, c
         lines = [compile_errors.diagnosis_line(e) for e in placed[:5]] or errors
         head = "\n".join(lines) if lines else (result.error or {}).get("message", "")[:2000]
         tail = f"\n{pch_note}" if pch_note else ""
-        return _verdict(Status.COMPILE_ERROR, f"the extension failed to compile:\n{head}{tail}", task_id, target, sha,
+        return _verdict(Status.COMPILE_ERROR, f"the extension failed to compile:\n{head}{tail}", task_id, target,
+                        code_sha256,
                         details={"stage": "compile", "errors": errors}, compile_errors=placed, **fields)
     return None
 
@@ -209,7 +189,7 @@ def _sent_offset(raw_source: str, source: str) -> int | None:
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 
 
-def _missing_module(result: build.BuildResult) -> str | None:
+def _missing_module(result: compiler.BuildResult) -> str | None:
     """The module whose absence failed the build child's import, when it is certain to fail the execution child
     too (same interpreter and site-packages): checked in this trusted process. Any other import failure may come
     from the build child having no device and is judged where it happens again."""
@@ -222,27 +202,27 @@ def _missing_module(result: build.BuildResult) -> str | None:
     return named.group(1)
 
 
-def _run_build(task: Task, paths: build.KeyPaths, target: str, config: JudgeConfig) -> build.BuildResult:
+def _run_build(task: Task, paths: compiler.KeyPaths, target: str, config: JudgeConfig) -> compiler.BuildResult:
     """Import the candidate in a GPU-less isolated child so its extensions build into paths.build. A failure of
     the sandbox, the child or the host comes back as `infrastructure`, never as the candidate's outcome."""
-    extra = {"TORCH_CUDA_ARCH_LIST": build.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
+    extra = {"TORCH_CUDA_ARCH_LIST": compiler.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
     started = time.monotonic()
     try:
-        offer = build.offer_accelerators(config, target, paths.source.read_text())
+        offer = compiler.offer_accelerators(config, target, paths.source.read_text())
     except isolation.IsolationError as exc:  # (the offer asks which sandbox runs: none may work on this host)
-        return build.BuildResult(ok=False, build_failed=False, log="", seconds=time.monotonic() - started,
+        return compiler.BuildResult(ok=False, build_failed=False, log="", seconds=time.monotonic() - started,
                                  infrastructure=f"the build sandbox could not start: {exc}")
     extra.update(offer.env)
     result = _build_child(task, paths, config, extra, offer.binds, started)
     return replace(result, pch_building_s=offer.pch_building_s)
 
 
-def _build_child(task: Task, paths: build.KeyPaths, config: JudgeConfig, extra: dict[str, str],
-                 binds: dict[Path, str], started: float) -> build.BuildResult:
+def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extra: dict[str, str],
+                 binds: dict[Path, str], started: float) -> compiler.BuildResult:
     """`_run_build`'s child: started with the accelerators' environment and binds, its outcome read."""
 
-    def ours(why: str, log: str = "", error: dict | None = None) -> build.BuildResult:
-        return build.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
+    def ours(why: str, log: str = "", error: dict | None = None) -> compiler.BuildResult:
+        return compiler.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
                                  error=error, infrastructure=why)
 
     try:
@@ -255,14 +235,14 @@ def _build_child(task: Task, paths: build.KeyPaths, config: JudgeConfig, extra: 
     except ChildFailure as failure:
         error = {"type": failure.kind, "message": str(failure)}
         if failure.kind == "timeout":
-            return build.BuildResult(ok=False, build_failed=False, log=failure.stderr,
+            return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
                                      seconds=time.monotonic() - started, error=error, timed_out=True)
         if failure.flooded:
             # Output past the limit from a build is the compiler's errors (torch/extension.h under -std=c++14 gives
             # megabytes) or the candidate's own prints at import: the candidate's outcome either way, judged on
             # the kept start of the log, where the first errors are. Left to the execution child, the killed
             # build's lock file made torch wait there until the load limit, holding the device.
-            return build.BuildResult(ok=False, build_failed=True, log=failure.stderr,
+            return compiler.BuildResult(ok=False, build_failed=True, log=failure.stderr,
                                      seconds=time.monotonic() - started, error=error)
         if failure.kind in ("oom", "protocol") or failure.signal_name == "SIGKILL":
             # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran) or a garbled
@@ -271,7 +251,8 @@ def _build_child(task: Task, paths: build.KeyPaths, config: JudgeConfig, extra: 
             return ours(f"the build child failed: {failure}", failure.stderr, error)
         # It exited, or faulted, while importing the candidate: the candidate's doing, judged where it happens
         # again, in the execution child (an exit at import is tampering; a crash, a runtime error).
-        return build.BuildResult(ok=False, build_failed=False, log=failure.stderr, seconds=time.monotonic() - started,
+        return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
+                                    seconds=time.monotonic() - started,
                                  error=error)
     finally:
         session.close()
@@ -283,8 +264,8 @@ def _build_child(task: Task, paths: build.KeyPaths, config: JudgeConfig, extra: 
     error = header.error.model_dump() if header.error else None
     if error:
         log = f"{error['message']}\n{log}"
-    why = build.infrastructure_failure(error["message"]) if error and header.build_failed else None
-    return build.BuildResult(ok=header.ok, build_failed=header.build_failed, log=log,
+    why = compiler.infrastructure_failure(error["message"]) if error and header.build_failed else None
+    return compiler.BuildResult(ok=header.ok, build_failed=header.build_failed, log=log,
                              seconds=time.monotonic() - started, error=error, tripwire_hits=tuple(header.tripwire_hits),
                              infrastructure=why)
 

@@ -150,7 +150,7 @@ class Arm(Message):
     """Generate a batch of timed calls' inputs, each from its own fresh seed, fingerprint them, wait for Go.
 
     The first call is `distribution`/`seed`, the rest `more`: `go` then runs them back to back (see
-    sandbox/timing.py, `time_batch`). `null` arms do-nothing calls without inputs (before the candidate is
+    sandbox/execution/timing.py, `time_batch`). `null` arms do-nothing calls without inputs (before the candidate is
     loaded): the parent measures what a round trip costs around calls that take no time.
     """
 
@@ -185,7 +185,7 @@ class Exit(Message):
 
 
 class Begin(Message):
-    """A pre-started child (sandbox/warm.py), waiting with torch imported and the device untouched: set up for
+    """A pre-started child (sandbox/execution/warm.py), waiting with torch imported and the device untouched: set up for
     `task` on the device now. The judge sends it when no candidate is being timed on that device."""
 
     op: Literal["begin"] = "begin"
@@ -193,7 +193,7 @@ class Begin(Message):
 
 
 class GradCheck(Message):
-    """Training tasks, after a trial or a timed batch: report the gradient a step left (sandbox/training.py).
+    """Training tasks, after a trial or a timed batch: report the gradient a step left (sandbox/execution/training.py).
 
     Sent only after the step ran, so the candidate cannot know `weight_seed` or `rows` while it computes:
     the child returns, in fp64, every row of the gradient projected on weights drawn from `weight_seed`,
@@ -223,7 +223,7 @@ class FailureKind(enum.StrEnum):
     Claimed by an untrusted process: a candidate that forges one only chooses a worse verdict for itself."""
 
     NOT_BUILT = "not_built"
-    """An extension the build stage did not build; the child refused to compile it (sandbox/no_build.py):
+    """An extension the build stage did not build; the child refused to compile it (sandbox/build/no_build.py):
     compile_error."""
 
 
@@ -268,7 +268,7 @@ class Ready(Reply):
     op: Literal["ready"]
     setup_s: dict[Annotated[str, Field(max_length=40)], float] = Field(default={}, max_length=16)
     """Seconds of each step of the child's device set-up (context, tripwires, clock, harness probe): what a
-    spare's device phase is made of (sandbox/warm.py)."""
+    spare's device phase is made of (sandbox/execution/warm.py)."""
 
 
 class CalibrateReply(Reply):

@@ -67,14 +67,14 @@ def supported_languages() -> list[str]:
     return [*languages, "PyTorch operators"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     rule: str
     message: str
     line: int | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StaticReport:
     imports: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -235,12 +235,12 @@ def _import_findings(tree: ast.Module, imports: list[tuple[str, ast.AST]]) -> li
             message = (f"line {line}: imports {module} ({language}), a kernel language this judge cannot run: "
                        f"{top!r} is not installed here. This host judges {_listed(supported_languages())}; "
                        "write the kernel in one of those.")
-            findings.append(Finding("unsupported_language", message, line))
+            findings.append(Finding(rule="unsupported_language", message=message, line=line))
         else:
             message = (f"line {line}: imports {module}, which is not installed in the judge's environment, so the "
                        "candidate's import would fail. Import only torch, the standard library and installed "
                        "packages, or guard an optional import with try/except ImportError and a fallback.")
-            findings.append(Finding("missing_module", message, line))
+            findings.append(Finding(rule="missing_module", message=message, line=line))
     return findings
 
 
@@ -256,9 +256,9 @@ def check_source(source: str, forbidden_names: frozenset[str], forbidden_aten_op
     report.findings.extend(_import_findings(tree, resolver.module_imports))
 
     if not resolver.has_model_new:
-        report.findings.append(Finding("missing_model_new", "the module does not define class ModelNew"))
+        report.findings.append(Finding(rule="missing_model_new", message="the module does not define class ModelNew"))
     elif not resolver.model_new_has_forward:
-        report.findings.append(Finding("missing_forward", "class ModelNew does not define forward()"))
+        report.findings.append(Finding(rule="missing_forward", message="class ModelNew does not define forward()"))
 
     forbidden = set(forbidden_names) | _aten_python_names(forbidden_aten_ops)
     short_names = {name.rsplit(".", 1)[-1] for name in forbidden}
@@ -267,14 +267,16 @@ def check_source(source: str, forbidden_names: frozenset[str], forbidden_aten_op
         for bad in forbidden:
             if (name == bad or name.startswith(bad + ".")) and bad not in seen:
                 seen.add(bad)
-                report.findings.append(Finding("forbidden_operator", f"references {bad} (as {name})", line))
+                report.findings.append(Finding(rule="forbidden_operator", message=f"references {bad} (as {name})",
+                                               line=line))
         top = name.split(".")[0]
         if top in JUDGE_PACKAGES and top not in seen and top not in sys.builtin_module_names:
             seen.add(top)
-            report.findings.append(Finding("judge_import", f"imports the judge's own package {top!r} ({name})", line))
+            report.findings.append(Finding(rule="judge_import",
+                                           message=f"imports the judge's own package {top!r} ({name})", line=line))
     for attr, line in resolver.getattr_strings:
         if attr in short_names and attr not in seen:
             seen.add(attr)
-            report.findings.append(Finding("forbidden_operator",
-                                           f"getattr(..., {attr!r}) reaches a forbidden operator", line))
+            report.findings.append(Finding(rule="forbidden_operator",
+                                           message=f"getattr(..., {attr!r}) reaches a forbidden operator", line=line))
     return report

@@ -7,6 +7,7 @@ exception that takes the judge down.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import signal
@@ -19,9 +20,11 @@ from typing import Any, Callable
 from typing_extensions import Self
 
 import reference
-import sandbox
 from sandbox import isolation, protocol
 from sandbox.config import JudgeConfig
+
+SANDBOX_DIR = Path(__file__).parent
+"""The judge's package directory (this module's), bound read-only into every child."""
 
 BUILD_MOUNT = "/build"
 CODE_MOUNT = "/judge"
@@ -41,13 +44,23 @@ profiler_start`: the judge's run-time operator tripwires start it, so without th
 diagnosis in place of the candidate's own last output."""
 
 
+class ChildFailureKind(enum.StrEnum):
+    """How a child stopped answering (stored as `details["failure"]`)."""
+
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    EXITED = "exited"
+    PROTOCOL = "protocol"
+    OOM = "oom"
+
+
 class ChildFailure(Exception):
     """The child stopped answering: it crashed, timed out, exited early or broke the protocol."""
 
-    def __init__(self, kind: str, message: str, *, returncode: int | None = None, signal_name: str | None = None,
-                 stderr: str = "", oom: bool = False, flooded: bool = False) -> None:
+    def __init__(self, kind: ChildFailureKind, message: str, *, returncode: int | None = None,
+                 signal_name: str | None = None, stderr: str = "", oom: bool = False, flooded: bool = False) -> None:
         super().__init__(message)
-        self.kind = kind  # "crash", "timeout", "exited", "protocol", "oom"
+        self.kind = kind
         self.returncode = returncode
         self.signal_name = signal_name
         self.stderr = stderr
@@ -71,7 +84,7 @@ class ChildPaths:
     def for_mechanism(cls, mechanism: str, work_dir: Path) -> "ChildPaths":
         if mechanism == "bwrap":
             return cls(BUILD_MOUNT, CODE_MOUNT)
-        return cls(str(work_dir), str(Path(sandbox.__file__).resolve().parent.parent))
+        return cls(str(work_dir), str(SANDBOX_DIR.resolve().parent))
 
 
 def child_path() -> str:
@@ -97,7 +110,7 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
         "TRITON_CACHE_DIR": f"{paths.build}/triton",
     }
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING",
-                 "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/timing.py LEAD_MS, overridden to measure it
+                 "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/execution/timing.py LEAD_MS, overridden to measure it
         if name in os.environ:
             env[name] = os.environ[name]
     env.update(extra or {})
@@ -107,12 +120,12 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
 def code_binds() -> dict[Path, str]:
     """The judge's own packages, read-only, at /judge: all the child may import of ours."""
     return {
-        Path(sandbox.__file__).parent: f"{CODE_MOUNT}/sandbox",
+        SANDBOX_DIR: f"{CODE_MOUNT}/sandbox",
         Path(reference.__file__).parent: f"{CODE_MOUNT}/reference",
     }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ChildResult:
     header: dict[str, Any]
     payloads: list[bytes]
@@ -121,7 +134,8 @@ class ChildResult:
 class ChildSession:
     """One isolated child process and its command/result pipes.
 
-    `pre_started`: a spare (sandbox/warm.py) that answers `Started` once its interpreter and torch are up, then
+    `pre_started`: a spare (sandbox/execution/warm.py) that answers `Started` once its interpreter and torch are up,
+    then
     waits for `Begin`, which names the task, before it touches the device; `task_id` may then be empty.
     `context_at_start`: such a spare creates its device context before `Started` (no kernel of its own yet).
     `source`: the judge-owned file holding the checked source (sandbox/compile.KeyPaths.source), bound read-only
@@ -170,7 +184,8 @@ class ChildSession:
         )
         self.started = time.monotonic()
         self.on_close: Callable[[], None] | None = None
-        """Called once the child is closed (sandbox/warm.py learns that a handed-out child's candidate ended)."""
+        """Called once the child is closed (sandbox/execution/warm.py learns that a handed-out child's candidate
+        ended)."""
         self._closed = False
         try:
             self.process = isolation.start(spec, mechanism=self.mechanism)
@@ -192,16 +207,18 @@ class ChildSession:
             runaway = self._memory_runaway(memory_before)
             self.kill()
             if runaway:
-                raise ChildFailure("oom", f"no answer within {timeout_s:.0f} s while {runaway}", stderr=self.stderr(),
+                raise ChildFailure(ChildFailureKind.OOM, f"no answer within {timeout_s:.0f} s while {runaway}",
+                                   stderr=self.stderr(),
                                    oom=True) from None
-            raise ChildFailure("timeout", f"no answer within {timeout_s:.0f} s", stderr=self.stderr()) from None
+            raise ChildFailure(ChildFailureKind.TIMEOUT, f"no answer within {timeout_s:.0f} s",
+                               stderr=self.stderr()) from None
         except protocol.ChannelClosed:
             raise self._failure("the child exited without answering") from None
         except protocol.ProtocolError as exc:
             self.kill()
-            raise ChildFailure("protocol", f"the child broke the result protocol: {exc}",
+            raise ChildFailure(ChildFailureKind.PROTOCOL, f"the child broke the result protocol: {exc}",
                                stderr=self.stderr()) from None
-        return ChildResult(header, payloads)
+        return ChildResult(header=header, payloads=payloads)
 
     def request(self, header: dict[str, Any], timeout_s: float) -> ChildResult:
         self.send(header)
@@ -215,18 +232,20 @@ class ChildSession:
         rc = self.process.returncode
         oom = self.process.oom_killed
         if self.process.flooded:
-            return ChildFailure("crash", f"{message}: killed for flooding its output "
+            return ChildFailure(ChildFailureKind.CRASH, f"{message}: killed for flooding its output "
                                 f"({self.process.output_truncated_bytes} bytes past the limit)", returncode=rc,
                                 stderr=self.stderr(), flooded=True)
         if self.process.timed_out:
-            return ChildFailure("timeout", f"{message}: the sandbox's wall-time limit killed it", returncode=rc,
+            return ChildFailure(ChildFailureKind.TIMEOUT, f"{message}: the sandbox's wall-time limit killed it",
+                                returncode=rc,
                                 stderr=self.stderr())
         if rc is not None and rc < 0:
             name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
-            kind = "oom" if oom else "crash"
+            kind = ChildFailureKind.OOM if oom else ChildFailureKind.CRASH
             return ChildFailure(kind, f"{message}: killed by {name}", returncode=rc, signal_name=name,
                                 stderr=self.stderr(), oom=oom)
-        return ChildFailure("exited", f"{message} (exit code {rc})", returncode=rc, stderr=self.stderr(), oom=oom)
+        return ChildFailure(ChildFailureKind.EXITED, f"{message} (exit code {rc})", returncode=rc, stderr=self.stderr(),
+                            oom=oom)
 
     def _memory_runaway(self, before: int | None) -> str | None:
         """How the tree's memory grew during a call that timed out, if that looks like exhaustion."""

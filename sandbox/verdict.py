@@ -103,7 +103,7 @@ class Environment(BaseModel):
 
 
 class CompileError(BaseModel):
-    """One error of a failed build, placed in the candidate's own file where it can be (sandbox/compile_errors.py)."""
+    """One error of a failed build, placed in the candidate's own file where it can be (sandbox/build/errors.py)."""
 
     file_line: int | None = None
     """The line of candidate.py (the judged module) the error is at; None when it is not in one of its literals."""
@@ -128,6 +128,9 @@ class Verdict(BaseModel):
     task: str
     device: str
     source_sha256: str
+    """sha256 of the code judged (the module extracted from the text); of the raw text itself only when no code
+    could be extracted from it. The name is a stored column and an API field; in Python the two are `code_sha256`
+    and `text_sha256`."""
     toolchain: str | None = None
     """Compiler/torch fingerprint used for the build cache key."""
     stages: dict[str, float] = Field(default_factory=dict)

@@ -60,7 +60,8 @@ def pg_url() -> Iterator[str]:
 def judge_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One build cache and one baseline cache for the whole run, shared by the sandbox and service tests and,
     under pytest-xdist, by every worker: builds and baseline measurements are locked per key with flock
-    (sandbox.compile.build_lock, sandbox.baseline), so each candidate compiles once per run, not once per
+    (sandbox.build.compiler.build_lock, sandbox.execution.baseline), so each candidate compiles once per run, not once
+    per
     fixture or per worker."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

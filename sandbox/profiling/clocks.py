@@ -14,7 +14,7 @@ card is idle between readings, not while timed), `applications clocks setting` a
 and thermal reasons, cumulative in ns) are compared across the window where the card has them: a reason that
 came and went between the two readings is then still seen, which the instantaneous reasons would miss.
 
-Use (the two call sites, in sandbox/execute.py `Execution.timing`): `before = read(device)` just before the
+Use (the two call sites, in sandbox/execution/phases.py `Execution.timing`): `before = read(device)` just before the
 timed batches and `after = read(device)` just after them; `check(before, after)` gives a `ThrottleCheck` to
 store with the timing (`details["clocks"]`) and, when `throttled`, to re-time once or leave the verdict unranked.
 """

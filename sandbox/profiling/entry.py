@@ -1,10 +1,10 @@
 """The profiled child: load a built candidate, call forward on official inputs, bracketed for the profiler.
 
-UNTRUSTED once the candidate is imported, like sandbox/child.py, but it decides nothing: it reports nothing to
+UNTRUSTED once the candidate is imported, like sandbox/child/harness.py, but it decides nothing: it reports nothing to
 the judge (ncu, its wrapper in the same sandbox, writes the profile), and nothing it could do changes a verdict
 or a ranked time, only the candidate's own advisory profile. So it has none of the execution child's integrity
 checks; it keeps the one guard that protects the host's time: the extension builder may only load what the
-build stage built (sandbox/no_build.py), so no compile runs while the device is held.
+build stage built (sandbox/build/no_build.py), so no compile runs while the device is held.
 
 Run as `python -m sandbox.profiling.entry --task T --device cuda --source S --calls N --seed K`: one warm-up
 call (lazy set-up, autotuning), then N calls between cudaProfilerStart and cudaProfilerStop, with a device
@@ -22,7 +22,7 @@ import traceback
 import torch
 
 from reference import OFFICIAL, get_task
-from sandbox import no_build
+from sandbox.build import no_build
 
 CANDIDATE_MODULE = "candidate"
 
@@ -89,4 +89,4 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)  # no interpreter teardown of torch and the context (see sandbox/child.py exit_now)
+    os._exit(code)  # no interpreter teardown of torch and the context (see sandbox/child/harness.py exit_now)

@@ -7,13 +7,13 @@ and the total:
 
     without   torch's plain load_inline build
     with      the shared precompiled torch/extension.h for main.cpp (its subset without torch's C++ frontend
-              first, sandbox/build_accel.py); the one-time PCH build of the variants the candidate needs is
+              first, sandbox/build/accel.py); the one-time PCH build of the variants the candidate needs is
               timed separately, before the builds
     slim      the judge's default: that PCH, and for CUDA the .cu compiled against slim torch headers
-              (sandbox/slim_headers.py); each build says whether its .cu built slim or fell back, and which
+              (sandbox/build/slim_headers.py); each build says whether its .cu built slim or fell back, and which
               PCH its main.cpp was built with
     slim-full-main  slim, but main.cpp with the full PCH only (the judge with JUDGE_PCH_SUBSET=0)
-    split     slim, and nvcc's two front ends side by side (sandbox/nvcc_split.py, under bubblewrap only)
+    split     slim, and nvcc's two front ends side by side (sandbox/build/nvcc_split.py, under bubblewrap only)
 
 Each build's steps come from ninja's log (the .cu object, main.cpp, the link, what lies outside ninja) and,
 for a split .cu, the two lanes and the host compile.
@@ -39,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from sandbox import build_accel, nvcc_split
+from sandbox.build import accel as build_accel
+from sandbox.build import nvcc_split
 from sandbox.config import JudgeConfig
 from sandbox.pipeline import PreparedCandidate, prepare
 
@@ -71,7 +72,7 @@ def ninja_steps(build_dir: Path) -> dict:
         if rows:
             span = (max(r[1] for r in rows) - min(r[0] for r in rows)) / 1000
             steps["ninja"] = round(steps.get("ninja", 0.0) + span, 2)
-    for record in build_dir.rglob(f"*{nvcc_split.RECORD_SUFFIX}"):  # the .cu went through sandbox/nvcc_split.py
+    for record in build_dir.rglob(f"*{nvcc_split.RECORD_SUFFIX}"):  # the .cu went through sandbox/build/nvcc_split.py
         split = json.loads(record.read_text())
         steps["split"] = True
         for key in ("host_s", "device_s", "compile_s"):

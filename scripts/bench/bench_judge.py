@@ -1,7 +1,7 @@
 """Issue 12's benchmark: what judging a candidate costs on a device, cold and on a pre-started child.
 
 Judges each given candidate N times with a child started for it (cold, as `sandbox.execute` alone does) and
-N times on pre-started children (warm, `sandbox.warm.WarmPool`, as the worker does), and prints per mode and
+N times on pre-started children (warm, `sandbox.execution.warm.WarmPool`, as the worker does), and prints per mode and
 candidate: the verdicts, seconds per device stage (start, calibration, load, correctness, timing, extra
 shapes; median over the N runs), the device-held seconds (from handing the candidate to a child to that
 child's end: median, min-max and IQR), and for warm runs what the pre-start cost off the device's clock and
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import JudgeConfig, PreparedCandidate, Verdict, execute, prepare
-from sandbox.warm import WarmPool
+from sandbox.execution.warm import WarmPool
 
 ROOT = Path(__file__).resolve().parents[2]
 

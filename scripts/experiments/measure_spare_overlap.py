@@ -1,12 +1,12 @@
 """What a pre-started child's start and end cost, and whether they disturb a kernel being timed beside them.
 
 Issue 12: a spare's device set-up (`Begin` to `Ready`, 4-8 s on an H100) is kept out of every candidate's
-timed phases by `sandbox.warm.DeviceGate`, and a candidate's child is closed inside its device hold (~1 s).
+timed phases by `sandbox.execution.warm.DeviceGate`, and a candidate's child is closed inside its device hold (~1 s).
 Both cost throughput. This script measures what would be gained by moving them, and what it would perturb:
 
 - a victim process times a 1 GiB device-to-device copy with CUDA events and an L2 flush, back to back, for
   the whole run, stamping each call with the host's monotonic clock;
-- meanwhile, one after another: real spares from `sandbox.warm.WarmPool` (sandboxed, as the worker starts
+- meanwhile, one after another: real spares from `sandbox.execution.warm.WarmPool` (sandboxed, as the worker starts
   them; their `setup_s` says what the device phase is made of), with the device context created inside the
   gate and then at start (`JudgeConfig.spare_context_at_start`), each then ended by a `close` (the child's
   `exit`) or by a kill and reap (timed); bare CUDA context creations, one at a time and three at once;
@@ -61,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from sandbox.config import JudgeConfig
-    from sandbox.warm import WarmPool
+    from sandbox.execution.warm import WarmPool
 
     windows: list[tuple[str, float, float]] = []
     stop = Path(tempfile.mkdtemp()) / "stop"

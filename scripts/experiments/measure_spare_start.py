@@ -10,7 +10,7 @@ splits that figure:
   source on every start and never written);
 - the same imports outside the sandbox, and bare `python -c pass` / `import torch` inside it (what the
   sandbox itself adds);
-- real spares (`sandbox.supervisor.ChildSession`, pre-started, as `sandbox.warm.WarmPool` starts them) from
+- real spares (`sandbox.supervisor.ChildSession`, pre-started, as `sandbox.execution.warm.WarmPool` starts them) from
   spawn to `Started`: one at a time, then 3 and 6 at once (contention between starts);
 - one spare's start under `PYTHONPROFILEIMPORTTIME`: the slowest imports, by cumulative and by own time.
 
@@ -32,13 +32,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sandbox import bytecode, isolation, protocol as msg
+from sandbox import isolation, protocol as msg
+from sandbox.execution import bytecode
 from sandbox.config import JudgeConfig
 from sandbox.supervisor import ChildPaths, ChildSession, child_env, code_binds
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CHILD_IMPORTS = "import sandbox.child, importlib; importlib.import_module('torch._dynamo')"
+CHILD_IMPORTS = ("import sandbox.child.harness, sandbox.child.training, importlib; "
+                 "importlib.import_module('torch._dynamo')")
 PACKAGES = ("torch", "pydantic", "pydantic_core", "numpy", "sympy", "sandbox", "reference")
 
 

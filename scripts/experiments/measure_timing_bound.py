@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from sandbox import JudgeConfig, judge
-from sandbox.plausibility import MIN_CLAIM_FRACTION, RUN_NOISE_MS
+from sandbox.execution.plausibility import MIN_CLAIM_FRACTION, RUN_NOISE_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,10 +1,11 @@
 """The trusted baseline measurement on every visible GPU: the cards of one host must agree.
 
-Measures through the judge's own `sandbox.baseline.get_baselines` (its trusted subprocess, the process's current
+Measures through the judge's own `sandbox.execution.baseline.get_baselines` (its trusted subprocess, the process's
+current
 device left at its default), with a cache of its own per device, once per device and task; prints each card's measured
 bandwidth and eager time. Why: on a two-GPU H100 host (2026-11-25) the process measuring cuda:1 recorded its
 events on cuda:0's stream; it cached 2.04 TB/s for a 3.0 TB/s card, and every honest fast kl_div kernel was judged
-tamper_detected. `sandbox.timing.DeviceClock` now makes its device current; this is the check on the GPU.
+tamper_detected. `sandbox.execution.timing.DeviceClock` now makes its device current; this is the check on the GPU.
 
     python3 scripts/gpu/check_device_baselines.py [--tasks kl_div cross_entropy] [--limit 0.05]
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from reference import get_task
-from sandbox.baseline import get_baselines
+from sandbox.execution.baseline import get_baselines
 from sandbox.config import JudgeConfig
 
 

@@ -14,7 +14,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export JUDGE_BUILD_ROOT=${JUDGE_BUILD_ROOT:-/tmp/judge/builds} JUDGE_CACHE_ROOT=${JUDGE_CACHE_ROOT:-/tmp/judge/cache}
 # The judge's children run `python -B` under a read-only root, so they never write bytecode caches; this image
-# ships none (sandbox/bytecode.py), which made every spare's start 2.5x slower (7.5 s against 2.9 s). Compiled once
+# ships none (sandbox/execution/bytecode.py), which made every spare's start 2.5x slower (7.5 s against 2.9 s). Compiled once
 # per machine, where the modules are installed (compileall skips modules whose caches are current).
 if [ ! -e /tmp/judge-bytecode-compiled ]; then
     python3 -m compileall -q -j 0 $(python3 -c "import site; print(*site.getsitepackages())") \

@@ -7,7 +7,7 @@ Run on the GPU machine (see docs/benchmarks.md for the exact command):
 It builds every candidate first in parallel (the service's compile pool does the same), then judges
 them one at a time on the device, then judges the fast kernels REPEAT more times to show how stable the
 speedups are (each repeat its own child, as separate jobs are). With --warm every candidate gets a
-pre-started child (sandbox.warm.WarmPool, as the worker does), so the `held s` column is the device time
+pre-started child (sandbox.execution.warm.WarmPool, as the worker does), so the `held s` column is the device time
 the service pays per candidate. Every candidate file declares `expect:` and `task:` in its docstring; the table says
 whether the verdict matched. Writes `gpu_acceptance.md` (the tables) and `verdicts.json` (every verdict).
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sandbox import JudgeConfig, Verdict, execute, prepare
 from sandbox.environment import describe
-from sandbox.warm import WarmPool
+from sandbox.execution.warm import WarmPool
 
 ROOT = Path(__file__).resolve().parents[2]
 

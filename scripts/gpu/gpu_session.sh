@@ -120,7 +120,7 @@ run_stages() {
             judge-one)  # the same warm runs with one spare: fewer CPU-only starts beside each timed phase
                 stage judge-one python3 scripts/bench/bench_judge.py --device cuda:0 -n 10 --modes warm --spares 1 \
                     --build-root /tmp/judge --json "$out/judge-one/bench-judge-warm-one-spare.json" ;;
-            judge-nolead)  # the correct fast kernels, warm, without the timing lead (sandbox/timing.py LEAD_MS)
+            judge-nolead)  # the correct fast kernels, warm, without the timing lead (sandbox/execution/timing.py LEAD_MS)
                 stage judge-nolead env JUDGE_TIMING_LEAD_MS=0 python3 scripts/bench/bench_judge.py --device cuda:0 -n 6 \
                     --modes warm --build-root /tmp/judge --json "$out/judge-nolead/bench-judge-warm-nolead.json" \
                     tests/corpus/cuda/kl_div_fast.py tests/corpus/cuda/cross_entropy_fast.py ;;

@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = 60.0
     """On SIGTERM a worker finishes running jobs for up to this long, releasing everything else."""
     warm_spares: int | None = None
-    """Pre-started judge children kept per device (sandbox/warm.py): a candidate is handed one with its
+    """Pre-started judge children kept per device (sandbox/execution/warm.py): a candidate is handed one with its
     interpreter, torch and device context already up, so the start-up is not on the device's clock. Unset: three
     per GPU (service/worker/judging.py GPU_SPARES) and none for the CPU device (whose spare may only start
     while no candidate is timed, so it buys no throughput there); 0: a child per candidate (cold) everywhere;

@@ -1,6 +1,6 @@
 """Build-cache eviction by size, least recently used first.
 
-The cache (sandbox.compile) is one directory per build key under the build root, with a `<key>.lock`
+The cache (sandbox.build.compiler) is one directory per build key under the build root, with a `<key>.lock`
 file beside it that a builder holds (flock) while it builds. Eviction never removes:
 
 - a build whose lock is held: it is being built, or waited for, right now (we take the lock without

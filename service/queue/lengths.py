@@ -5,7 +5,7 @@ A job's device time depends on three things known before it is claimed:
 - its task: the sizes and the trials differ (kl_div reads 2 GiB a call, cross_entropy 0.5 GiB);
 - whether the task is a training variant (forward + backward, its own baselines: several times a forward task);
 - whether it is the first job of its task on a card in this worker: that job also pays the trusted baseline
-  measurement (eager and torch.compile of the reference, sandbox.baseline) and the bandwidth probe, unless the
+  measurement (eager and torch.compile of the reference, sandbox.execution.baseline) and the bandwidth probe, unless the
   host's baseline cache already holds them.
 
 The first two come from measurements: every verdict's device hold is stamped on its claim record

@@ -1,7 +1,7 @@
 """What the figures on a page were measured at: the input shape and the device, read from the verdicts.
 
 A task has an official shape (kl_div: 16384×16384) and a small CPU shape (64×512); the sandbox times a
-candidate at the official shape on a GPU and at the CPU shape on a CPU (sandbox/execute.py), and every
+candidate at the official shape on a GPU and at the CPU shape on a CPU (sandbox/execution/run.py), and every
 correctness trial runs at the timed shape. So the shape a verdict's timings belong to is its first trial's
 `shape`, and the device is its `device` ("cpu", "cuda:0") and `environment.device_name`. A page labels its
 numbers with these, never with the task's official shape, which a CPU verdict was not measured at.

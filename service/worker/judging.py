@@ -3,7 +3,7 @@
 `SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execute`.
 Candidate code never runs in the worker's process: each candidate runs in its own isolated child, so the
 worker may call them from threads. Between `open` and `close` the judge keeps pre-started children per
-device (`sandbox.warm.WarmPool`, `Settings.warm_spares`) and hands each candidate one of them, so that a
+device (`sandbox.execution.warm.WarmPool`, `Settings.warm_spares`) and hands each candidate one of them, so that a
 child's start-up is paid ahead of need, off the device's clock; each child still serves one candidate.
 `CompileOnlyJudge` is for load tests of the service itself: it runs the real `prepare` (extraction, static
 checks, cached compile) but *does not run the candidate*; its verdicts say so and carry no timings, so they
@@ -20,7 +20,7 @@ import sandbox
 from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict
 from sandbox.profiling.report import Profile
 from sandbox.profiling.run import profile_candidate
-from sandbox.warm import WarmPool
+from sandbox.execution.warm import WarmPool
 from service.core.config import JudgeMode, Settings
 
 
@@ -108,7 +108,7 @@ class CompileOnlyJudge(SandboxJudge):
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict:
         return Verdict(status=Status.CORRECT, task=prepared.task_id, device=device,
-                       source_sha256=prepared.source_sha256, toolchain=prepared.toolchain, stages=prepared.stages,
+                       source_sha256=prepared.code_sha256, toolchain=prepared.toolchain, stages=prepared.stages,
                        imports=prepared.imports, compile_log=prepared.compile_log,
                        diagnosis="compile-only judge (load testing): compiled, NOT run, NOT checked, NOT timed",
                        details={"judge_mode": self.mode, "executed": False})

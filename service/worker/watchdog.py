@@ -56,7 +56,7 @@ class StallLimits:
     (+30 s, sandbox/pipeline.py) and gives a `timeout` verdict past it; a job whose identical source another job
     is building waits on that build's lock, then finds it built (its own wait is that one build). The margin also
     covers a precompiled header built on first need (~40 s on 2 cores, ~20 s on the H100 host); that build has
-    its own, longer limit (sandbox/build_accel.py BUILD_TIMEOUT_S), and on a badly oversubscribed host (2 cores,
+    its own, longer limit (sandbox/build/accel.py BUILD_TIMEOUT_S), and on a badly oversubscribed host (2 cores,
     load 12-16: ~9.5 min) it outlasts the margin: every job waiting on it then counts as stalled and is released,
     a false alarm that costs a re-claim once the header is built. Also the limit for `claimed`: a job is claimed
     only for a free compile thread, so it waits at most for one to pick it up."""

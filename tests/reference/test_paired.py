@@ -2,7 +2,7 @@
 
 The paired distributions (`Task.paired_distributions`, "planted" for both tasks) draw the targets from one
 sub-seed of the call's seed and the predictions (logits) from the other (`reference.task.sub_seeds`). The
-correctness schedule (sandbox/execute.py) gives each such trial a partner seed from `sharing_targets`: the
+correctness schedule (sandbox/execution/phases.py) gives each such trial a partner seed from `sharing_targets`: the
 two trials share their targets bit for bit and nothing else. Their truths differ by far more than the
 tolerance, so an answer that is a function of the targets alone (a kernel that reads the targets and guesses
 the rest, or one that caches its answer under the targets) fails at least one of the two.

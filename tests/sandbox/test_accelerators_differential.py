@@ -4,7 +4,7 @@ with them (the config's defaults: precompiled headers, subset first) and without
 Real builds in two build roots (the test run's, and a fresh one for the builds without), so that neither can
 reuse the other's outcome; the PCH variants and the baselines come from the run's cache root (trusted artifacts
 the judge builds from torch alone, whatever the candidate). The accelerators act only at the build stage, and a
-build's products are the same either way (sandbox/build_accel.py), so most files are compared there (the outcome
+build's products are the same either way (sandbox/build/accel.py), so most files are compared there (the outcome
 of `prepare`); the model-style files (`model_*`, written as models write kernels: repeated includes, their own
 PYBIND11_MODULE, include guards, odd flags, a raw completion) go through the whole judge both ways and must get
 the verdict their header declares.
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import build_accel, execute
+from sandbox.build import accel as build_accel
+from sandbox import execute
 from sandbox.config import JudgeConfig
 from sandbox.extract import extract_candidate
 from sandbox.pipeline import PreparedCandidate, prepare
@@ -49,7 +50,7 @@ def _log(prepared: PreparedCandidate | Verdict) -> str:
 
 
 def _precompilable(path: Path) -> bool:
-    """Whether the judge offers this candidate a PCH: literal, harmless extra_cflags (sandbox/build_accel.py)."""
+    """Whether the judge offers this candidate a PCH: literal, harmless extra_cflags (sandbox/build/accel.py)."""
     return bool(build_accel.wanted_flag_sets(extract_candidate(path.read_text(encoding="utf-8"))))
 
 

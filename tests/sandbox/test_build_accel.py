@@ -1,4 +1,4 @@
-"""The shared precompiled torch/extension.h (sandbox/build_accel.py, sandbox/build_hooks.py), for real.
+"""The shared precompiled torch/extension.h (sandbox/build/accel.py, sandbox/build/hooks.py), for real.
 
 Real g++, real bubblewrap builds, real locks between processes. The PCH variants live in the session's
 cache root, like every other test's, so the corpus tests reuse what these build.
@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Status, build_accel, build_hooks, judge
+from sandbox import Status, judge
+from sandbox.build import accel as build_accel
+from sandbox.build import hooks as build_hooks
 from sandbox.pipeline import PreparedCandidate, prepare
 
 from .conftest import CORPUS
@@ -169,7 +171,7 @@ def test_gcc_really_reads_the_pchs_with_the_childs_own_command(judge_config, tmp
 def test_the_pch_is_built_with_the_childs_compiler_whatever_cxx_says(monkeypatch) -> None:
     from sandbox.supervisor import child_path
 
-    from sandbox.compile import toolchain
+    from sandbox.build.compiler import toolchain
 
     monkeypatch.setenv("CXX", "/opt/gcc/bin/g++")
     compiler, _ = build_accel.torch_compile_flags("cpu", ())
@@ -313,7 +315,7 @@ def test_after_the_full_pch_main_cpp_gets_none_and_the_compile_reads_a_mirror(tm
 _START_BUILD = """\
 import sys
 from pathlib import Path
-from sandbox import build_accel
+from sandbox.build import accel as build_accel
 compiler, flags = build_accel.torch_compile_flags("cpu", ())
 build_accel.build_variant(Path(sys.argv[1]), compiler, flags)
 """

@@ -1,4 +1,4 @@
-"""The build directory belongs to the candidate (sandbox/compile.py): what its build leaves there gains it
+"""The build directory belongs to the candidate (sandbox/build/compiler.py): what its build leaves there gains it
 nothing and harms no one.
 
 Real bubblewrap build children, real judging. The build child has its build directory writable at /build
@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sandbox import Status, judge
-from sandbox import compile as build
+from sandbox.build import compiler as build
 from sandbox.pipeline import PreparedCandidate, prepare
 
 from .conftest import CORPUS

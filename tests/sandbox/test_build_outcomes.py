@@ -1,5 +1,5 @@
 """Which build outcomes are the candidate's (stored, reused) and which are the judge's (system_error, never
-stored), sandbox/compile.py and sandbox/pipeline.prepare. Real build children where a child is involved."""
+stored), sandbox/build/compiler.py and sandbox/pipeline.prepare. Real build children where a child is involved."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sandbox import Status
-from sandbox import compile as build
+from sandbox.build import compiler as build
 from sandbox.pipeline import prepare
 from sandbox.verdict import Verdict
 

@@ -1,5 +1,5 @@
 """The bytecode-cache check: children run `python -B` under a read-only root, so a package installed without
-`.pyc` files is compiled from source on every spare's start (sandbox/bytecode.py)."""
+`.pyc` files is compiled from source on every spare's start (sandbox/execution/bytecode.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import bytecode, warm
+from sandbox.execution import bytecode
+from sandbox.execution import warm
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_the_pool_warns_once_per_process(monkeypatch: pytest.MonkeyPatch, caplog
     original = bytecode.missing_caches
     monkeypatch.setattr(warm.bytecode, "missing_caches", lambda: original(("judgeprobe",)))
     warm._warn_if_uncached.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="sandbox.warm"):
+    with caplog.at_level(logging.WARNING, logger="sandbox.execution.warm"):
         warm._warn_if_uncached()
         warm._warn_if_uncached()
     warm._warn_if_uncached.cache_clear()

@@ -1,4 +1,4 @@
-"""A failed build's errors (sandbox/compile_errors.py): which ones a build without an accelerator cannot change
+"""A failed build's errors (sandbox/build/errors.py): which ones a build without an accelerator cannot change
 (then the first build's errors are the verdict's, at once), and the candidate.py line of each.
 
 The rule is checked on compiler logs as g++ and nvcc write them, and then by a differential test: the compile
@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as ext
 
-from sandbox import build_accel, build_advice, build_hooks
-from sandbox import compile as build
-from sandbox.compile_errors import diagnosis_line, place, unchangeable
+from sandbox.build import accel as build_accel
+from sandbox.build import advice as build_advice
+from sandbox.build import hooks as build_hooks
+from sandbox.build import compiler as build
+from sandbox.build.errors import diagnosis_line, place, unchangeable
 from sandbox.config import JudgeConfig
 from sandbox.pipeline import PreparedCandidate, prepare
 from sandbox.verdict import Verdict

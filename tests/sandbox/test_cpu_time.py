@@ -1,4 +1,4 @@
-"""The CPU time the parent reads around a timed call (sandbox/cputime.py): work that exited before the reading
+"""The CPU time the parent reads around a timed call (sandbox/execution/cputime.py): work that exited before the reading
 still counts.
 
 The mechanism tests run a small server under bubblewrap, in a job cgroup as the judge's children are, and ask it
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Status, cputime, isolation, judge
+from sandbox import Status, isolation, judge
+from sandbox.execution import cputime
 from sandbox.isolation import Limits, SandboxSpec
 
 from .conftest import CORPUS, corpus_meta
@@ -144,7 +145,8 @@ def test_work_in_a_thread_joined_before_the_reply_is_counted(tmp_path: Path, sou
 
 
 def test_a_process_reaped_inside_the_call_is_counted_by_the_cgroup_only(tmp_path: Path) -> None:
-    """What the fallback misses (sandbox/cputime.py): a process that exited takes its time out of every clock."""
+    """What the fallback misses (sandbox/execution/cputime.py): a process that exited takes its time out of every
+    clock."""
     with server(tmp_path) as (proc, ask):
         by_cgroup, _, _ = around(cputime.Meter(proc.pid, proc.cgroup), ask, b"p")
         by_clocks, live, _ = around(cputime.Meter(proc.pid, None), ask, b"p")
@@ -173,7 +175,7 @@ class LiveThreadsMeter(cputime.Meter):
         self.root_pid, self.cgroup, self.source = root_pid, None, "live-threads"
 
     def read(self) -> cputime.Reading:
-        return cputime.Reading(self.source, live_threads_ns(self.root_pid))
+        return cputime.Reading(source=self.source, total_ns=live_threads_ns(self.root_pid))
 
 
 class ClocksMeter(cputime.Meter):

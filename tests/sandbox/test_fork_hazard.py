@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import baseline, isolation
+from sandbox import isolation
+from sandbox.execution import baseline
 from sandbox.isolation import Limits, SandboxSpec
 
 pytestmark = pytest.mark.slow  # real worker threads starting real children

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from sandbox import Status, judge
-from sandbox import timing
-from sandbox.timing import DeviceClock, time_cpu_batch
-from sandbox.window import Keeper, changed_after, gradient_changed_after
+from sandbox.execution import timing
+from sandbox.execution.timing import DeviceClock, time_cpu_batch
+from sandbox.execution.window import Keeper, changed_after, gradient_changed_after
 
 pytestmark = pytest.mark.slow  # each scenario runs in a fresh interpreter
 
@@ -147,7 +147,7 @@ def test_a_harness_instance_with_its_dict_or_class_replaced_is_reported(tmp_path
 
 def test_a_hook_that_no_longer_answers_is_itself_a_finding(tmp_path: Path) -> None:
     seen = probe(tmp_path, """
-        sys.modules["sandbox.audit"]._audit = lambda *args: None
+        sys.modules["sandbox.child.audit"]._audit = lambda *args: None
         return "silenced"
     """)
     assert seen["findings"] == ["the judge's audit hook did not answer (removed from the interpreter, or sys.audit "

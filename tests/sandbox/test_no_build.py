@@ -17,7 +17,7 @@ import pytest
 
 from sandbox import Status, judge
 from sandbox.config import JudgeConfig
-from sandbox.no_build import pending_steps
+from sandbox.build.no_build import pending_steps
 
 pytestmark = pytest.mark.slow  # real ninja builds
 

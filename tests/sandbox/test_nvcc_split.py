@@ -1,4 +1,4 @@
-"""sandbox/nvcc_split.py: nvcc's two front ends side by side give nvcc's own object, dependencies and errors.
+"""sandbox/build/nvcc_split.py: nvcc's two front ends side by side give nvcc's own object, dependencies and errors.
 
 Real nvcc throughout (the development machine and CI have nvcc 13.0; no GPU is needed to compile). The one
 fake is the mismatched module id, which a real nvcc does not produce on demand: shell commands in a plan.
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import isolation, nvcc_split
+from sandbox import isolation
+from sandbox.build import nvcc_split
 from sandbox.isolation import SandboxSpec
 
 NVCC = shutil.which("nvcc")
@@ -154,7 +155,7 @@ def test_the_judge_binds_the_driver_only_for_cuda_builds_that_ask(tmp_path: Path
 
     from torch.utils import cpp_extension
 
-    from sandbox.compile import accelerators
+    from sandbox.build.compiler import accelerators
     from sandbox.config import JudgeConfig
 
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", TOOLKIT)

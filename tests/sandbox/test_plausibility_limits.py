@@ -1,6 +1,7 @@
-"""The limits of sandbox/plausibility.py at their boundaries, on numbers: speed-of-light (100% plus the bandwidth
+"""The limits of sandbox/execution/plausibility.py at their boundaries, on numbers: speed-of-light (100% plus the
+bandwidth
 probe's margin on a GPU), the parent's own wall window on a GPU, and the speed-of-light figure a verdict reports;
-and the bandwidth probe's record of its own spread (sandbox/baseline.py)."""
+and the bandwidth probe's record of its own spread (sandbox/execution/measure_baselines.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 import torch
 
 from reference import get_task
-from sandbox import baseline
-from sandbox.execute import _performance
-from sandbox.plausibility import (
+from sandbox.execution import measure_baselines
+from sandbox.execution.phases import _performance
+from sandbox.execution.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
     MIN_WINDOW_FRACTION,
     SOL_PROBE_MARGIN,
@@ -18,7 +19,7 @@ from sandbox.plausibility import (
     speed_of_light_fraction,
     untimed_work_bound,
 )
-from sandbox.timing import summarize
+from sandbox.execution.timing import summarize
 from sandbox.verdict import TimingStats
 
 MIN_BYTES = 2_000_000_000
@@ -129,8 +130,8 @@ def test_the_window_rule_is_gpu_only_and_vacuous_when_the_empty_batch_took_longe
 # --- the bandwidth probe -------------------------------------------------------------------------------
 
 def test_the_bandwidth_probe_records_its_spread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(baseline.BANDWIDTH_BYTES, "cpu", 16 << 20)
-    result = baseline.bandwidth_probe(torch.device("cpu"), reps=10)
+    monkeypatch.setitem(measure_baselines.BANDWIDTH_BYTES, "cpu", 16 << 20)
+    result = measure_baselines.bandwidth_probe(torch.device("cpu"), reps=10)
     probe = result["bandwidth_probe"]
     assert probe["chosen"] in ("copy", "read") and probe["reps"] == 10 and probe["buffer_bytes"] == 16 << 20
     assert result["bandwidth_bytes_per_s"] == probe[probe["chosen"]]["bytes_per_s"]

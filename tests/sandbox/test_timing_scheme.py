@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from sandbox import Status, judge
-from sandbox.execute import TimedCall, host_decided
+from sandbox.execution.phases import TimedCall, host_decided
 from sandbox import protocol as msg
-from sandbox import timing
-from sandbox.timing import DeviceClock, time_batch
-from sandbox.plausibility import (
+from sandbox.execution import timing
+from sandbox.execution.timing import DeviceClock, time_batch
+from sandbox.execution.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
     MIN_CLAIM_FRACTION,
     MIN_CLAIM_FRACTION_TRAINING,
@@ -319,7 +319,8 @@ def test_hidden_work_is_reported_when_the_host_clock_decided_the_median() -> Non
     when most batches were (c4_side_stream on the H100: all 26), not for one host stall in seven (honest
     cross_entropy_fast, 2026-11-25)."""
     def batches(flags: str) -> list[TimedCall]:
-        return [TimedCall("planted", 0.2, 0.3, 0.25, flag == "h", 8) for flag in flags]
+        return [TimedCall(distribution="planted", claim_ms=0.2, window_ms=0.3, run_ms=0.25, hidden_work=flag == "h",
+                          calls=8) for flag in flags]
 
     assert not host_decided(batches("..h...."))
     assert not host_decided(batches("hh.."))

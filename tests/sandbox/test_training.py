@@ -14,11 +14,12 @@ import torch
 
 from reference import get_task
 from reference.training import full_gradient, grad_output_scale
-from sandbox import Status, judge, plausibility
+from sandbox import Status, judge
+from sandbox.execution import plausibility
 from sandbox import protocol as msg
-from sandbox import training
-from sandbox.timing import batch_size
-from sandbox.training_child import has_custom_function, project_rows, projection_weights
+from sandbox.execution import training
+from sandbox.execution.timing import batch_size
+from sandbox.child.training import has_custom_function, project_rows, projection_weights
 
 from .conftest import CORPUS
 
@@ -173,7 +174,7 @@ def test_a_fused_candidate_is_judged_with_its_training_report(judge_config, monk
     """The fused candidate's backward only scales a saved gradient (no candidate code runs there): allowed
     because the gradient came from its custom Function. The verdict reports the step and the forward.
 
-    Steps are timed three to a batch, as on a GPU (a CPU's batches are one call: sandbox/timing.py), so that
+    Steps are timed three to a batch, as on a GPU (a CPU's batches are one call: sandbox/execution/timing.py), so that
     the batch path of the training judge (each step's gradient checked after its batch) runs here too.
     The timing bound is switched off for it: a forced CPU batch runs its cache flushes between calls inside
     the round trip, in the CPU time the bound reads but not in the claims (a real CPU batch is one call, its

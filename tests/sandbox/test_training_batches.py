@@ -1,7 +1,8 @@
 """Training steps timed in batches: the real training child (in a process of its own) runs three steps back to
 back, keeps each step's gradient for `grad_check`, and refuses one gradient tensor reused across the batch.
 
-The batch path runs on GPUs (sandbox/timing.py sizes CPU batches at one call); here it is driven directly on the
+The batch path runs on GPUs (sandbox/execution/timing.py sizes CPU batches at one call); here it is driven directly on
+the
 CPU with a PyTorch-only candidate, so no build is needed.
 """
 

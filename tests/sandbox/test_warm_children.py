@@ -1,4 +1,4 @@
-"""Pre-started judge children (sandbox/warm.py), for real: bubblewrap children on the CPU.
+"""Pre-started judge children (sandbox/execution/warm.py), for real: bubblewrap children on the CPU.
 
 A warm child must judge exactly as a cold one, keep candidates apart, be replaced when it died or got old,
 and keep its device set-up out of a candidate's timed phases.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict, execute, prepare
-from sandbox.warm import DeviceGate, WarmPool
+from sandbox.execution.warm import DeviceGate, WarmPool
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "cpu"
 CORRECT = CORPUS / "kl_div_cpp_correct.py"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import nvcc_split
+from sandbox.build import nvcc_split
 from scripts.bench import bench_build
 
 pytestmark = pytest.mark.slow  # a real ninja build

@@ -267,7 +267,8 @@ def test_worker_killed_while_running_takes_its_sandbox_and_baseline_along(db, pr
     env = {"JUDGE_CACHE_ROOT": str(tmp_path / "fresh-baselines"), "JUDGE_MAX_WORKER_CRASHES": "3"}
 
     first = procs("worker", **env)
-    baseline = wait_for(lambda: next((p for p in children(first.pid) if "sandbox.baseline" in cmdline(p)), None),
+    baseline = wait_for(lambda: next((p for p in children(first.pid)
+                                      if "sandbox.execution.measure_baselines" in cmdline(p)), None),
                         BUILD_S, "the worker to start measuring baselines")
     kill_only(first)
     t0 = time.monotonic()
@@ -280,7 +281,7 @@ def test_worker_killed_while_running_takes_its_sandbox_and_baseline_along(db, pr
         """The worker's tree once the candidate's own Python process runs (inside bwrap or unshare)."""
         tree = children(second.pid)
         inner = [p for p in tree if "-m sandbox.child" in cmdline(p) and "python" in cmdline(p).split()[0]]
-        return tree if inner and not any("sandbox.baseline" in cmdline(p) for p in tree) else set()
+        return tree if inner and not any("sandbox.execution.measure_baselines" in cmdline(p) for p in tree) else set()
 
     tree = wait_for(candidate_running, BUILD_S, "the candidate to run in its sandbox")
     kill_only(second)
@@ -523,7 +524,7 @@ def candidate_tree(worker_pid: int) -> set[int]:
     measured); empty before."""
     tree = children(worker_pid)
     inner = [p for p in tree if "-m sandbox.child" in cmdline(p) and "python" in cmdline(p).split()[0]]
-    return tree if inner and not any("sandbox.baseline" in cmdline(p) for p in tree) else set()
+    return tree if inner and not any("sandbox.execution.measure_baselines" in cmdline(p) for p in tree) else set()
 
 
 def attempts(db: Database) -> list[str | None]:

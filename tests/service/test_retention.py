@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select, update
 
-from sandbox.compile import build_lock
+from sandbox.build.compiler import build_lock
 from sandbox.verdict import Status, Verdict
 from service import crud
 from service.api.schemas import SubmissionCreate

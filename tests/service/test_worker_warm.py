@@ -1,4 +1,4 @@
-"""The worker judges on pre-started children (sandbox/warm.py) and leaves no process behind when it stops.
+"""The worker judges on pre-started children (sandbox/execution/warm.py) and leaves no process behind when it stops.
 
 Real parts: the worker loop in this process (and, for the signal path, the real `worker` command), the real
 sandbox on the CPU, a real SQLite database.

@@ -34,7 +34,7 @@ def verdict(task: str, code: str, median: float | None, *, status: str = "correc
 
     `device` is the device model; one named "cpu:..." (as sandbox.environment names a CPU) was judged on the
     torch device "cpu" at the task's CPU shape, any other on "cuda:0" at the official shape, as the sandbox
-    does (sandbox/execute.py): the trials carry that shape, which the pages label the timings with."""
+    does (sandbox/execution/run.py): the trials carry that shape, which the pages label the timings with."""
     perf = None
     if median is not None:
         def stats(ms: float, half: float) -> dict:

@@ -3,7 +3,7 @@ glue moved out of the `.cu`.
 
 The `.cu` holds only the kernel and plain-C++ launch helpers (raw pointers, a `cudaStream_t`) and is built with
 `no_implicit_headers=True`, so nvcc never sees torch's headers (40-65 s of a fresh build when it does,
-sandbox/build_advice.py); the `torch::Tensor` wrapper lives in `cpp_sources`, compiled by g++ beside the
+sandbox/build/advice.py); the `torch::Tensor` wrapper lives in `cpp_sources`, compiled by g++ beside the
 bindings. Same kernel, launch and result as cross_entropy_fast.py; only the build is faster.
 
 expect: correct

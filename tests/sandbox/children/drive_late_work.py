@@ -12,8 +12,8 @@ import sys
 
 from reference import get_task
 from sandbox import protocol as msg
-from sandbox.child import Child
-from sandbox.training_child import TrainingChild
+from sandbox.child.harness import Child
+from sandbox.child.training import TrainingChild
 
 mode, source, late = sys.argv[1], sys.argv[2], sys.argv[3] == "late"
 task_id = "kl_div" if mode == "forward" else "kl_div_train"

@@ -13,8 +13,8 @@ import torch
 from reference import get_task
 from reference.training import full_gradient, grad_output_scale
 from sandbox import protocol as msg
-from sandbox.child import OutputRejected
-from sandbox.training_child import TrainingChild, project_rows, projection_weights
+from sandbox.child.harness import OutputRejected
+from sandbox.child.training import TrainingChild, project_rows, projection_weights
 
 source, steps = sys.argv[1], int(sys.argv[2])
 task = get_task("kl_div_train")

@@ -13,9 +13,9 @@ import sys
 
 import torch
 
-from sandbox import audit
-from sandbox.child import Tripwires
-from sandbox.timing import DeviceClock
+from sandbox.child import audit
+from sandbox.child.harness import Tripwires
+from sandbox.execution.timing import DeviceClock
 
 
 class Harness:

@@ -1,7 +1,7 @@
 r"""Class 10: an honest kernel behind a cache keyed by the targets, cross_entropy (issue 25, the dependence check).
 
 The targets are a few hundred bytes to hash against megabytes of logits. Each planted trial now has a partner
-with the same targets and fresh logits (Task.paired_distributions, sandbox/execute.py): the remembered answer
+with the same targets and fresh logits (Task.paired_distributions, sandbox/execution/phases.py): the remembered answer
 is wrong for it.
 
 expect: incorrect

@@ -3,7 +3,7 @@ r"""Class 10: an honest kernel behind a cache keyed by the targets (issue 25, th
 Reading the targets (or a hash of them) and returning an answer remembered for them saves the predictions'
 half of the work whenever targets repeat. No two trials or timed calls used to share an input, so the cache
 never hit and the kernel was judged correct; now each planted trial has a partner with the same targets and
-fresh predictions (Task.paired_distributions, sandbox/execute.py), and the cached answer is wrong for it.
+fresh predictions (Task.paired_distributions, sandbox/execution/phases.py), and the cached answer is wrong for it.
 
 expect: incorrect
 task: kl_div

@@ -3,7 +3,7 @@ r"""Class 10: an honest Triton kernel behind a cache keyed by the targets (issue
 The key is 64 sampled target values and the shape; an answer remembered for them saves the predictions'
 half of the work whenever targets repeat. No two trials or timed calls used to share an input, so the cache
 never hit; now each planted trial has a partner with the same targets and fresh predictions
-(Task.paired_distributions, sandbox/execute.py), and the cached answer is wrong for it.
+(Task.paired_distributions, sandbox/execution/phases.py), and the cached answer is wrong for it.
 
 expect: incorrect
 task: kl_div

@@ -38,7 +38,7 @@ throughput on the CPU, which exists to test the pipeline, and no candidate's tim
 
 Calibrating ahead: the empty calls measure what a round trip costs the child (its CPU time and the parent's
 window); measured on a spare, they may run beside the current candidate's untimed stages on the same device.
-Only the CPU-time bound (sandbox/plausibility.py) uses them, and a busier device makes them costlier, which
+Only the CPU-time bound (sandbox/execution/plausibility.py) uses them, and a busier device makes them costlier, which
 loosens that bound for the next candidate, never tightens it (on a GPU that bound is loose by design; the
 events and speed-of-light decide there). `precalibrate=False` runs them after the hand-over instead.
 
@@ -48,7 +48,7 @@ started for the new task, and that wait is reported (`acquire_wait_s` in the ver
 
 Each device's spares are started by that device's starter threads, one per spare, so that the CPU-only
 starts (2.9-3.5 s on the H100's host, three or six at once, once its modules had bytecode caches: without
-them 8-11 s, sandbox/bytecode.py) overlap each other and the device phases follow one another through the
+them 8-11 s, sandbox/execution/bytecode.py) overlap each other and the device phases follow one another through the
 gate: with one starter, a spare came every ~9 s and capped a device near 400 candidates an hour. A starter
 lives until `close`: bubblewrap's --die-with-parent fires when the *thread* that started it exits
 (sandbox/isolation.py). `close` kills every child the pool started, handed out or not.
@@ -73,11 +73,12 @@ import torch
 from typing_extensions import Self
 
 from reference import get_task
-from sandbox import bytecode
+from sandbox.execution import bytecode
 from sandbox import protocol as msg
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
-from sandbox.execute import READY_TIMEOUT_S, Execution, TimedCall
+from sandbox.execution.phases import READY_TIMEOUT_S, Stage, TimedCall
+from sandbox.execution.training import execution_class
 from sandbox.supervisor import ChildSession
 from sandbox.verdict import Environment
 
@@ -85,7 +86,7 @@ log = logging.getLogger(__name__)
 R = TypeVar("R", bound=msg.Reply)
 
 TIMED_STAGES = frozenset({"baselines", "calibration", "timing"})
-"""A candidate's stages (sandbox/execute.py) whose measurements a spare's device set-up would perturb."""
+"""A candidate's stages (sandbox/execution/phases.py) whose measurements a spare's device set-up would perturb."""
 WARMING_WAIT_S = 30.0
 """Longest a timed phase waits for a spare's device set-up to end before that spare is killed: context
 creation and calibration take seconds; a set-up still running after this is stuck, not slow."""
@@ -230,15 +231,6 @@ class WarmChild:
 def _kill(session: ChildSession) -> None:
     session.kill()
     session.close(timeout_s=5.0)
-
-
-def _execution_kind(task_id: str) -> type[Execution]:
-    """The `Execution` that `execute` uses for this task (its calibration must be the same)."""
-    if get_task(task_id).training is not None:
-        from sandbox.training import TrainingExecution
-
-        return TrainingExecution
-    return Execution
 
 
 @dataclass
@@ -495,9 +487,9 @@ class WarmPool:
         """`Execution.calibrate` on this child, exactly as a cold `execute` runs it; its results are adopted."""
         task = get_task(task_id)
         shape = task.official_shape if torch.device(device).type == "cuda" else task.cpu_shape
-        run = _execution_kind(task_id)(task, device, self.config, shape, {})
+        run = execution_class(task)(task, device, self.config, shape, {})
         run.session = session
-        with run.stage("calibration"):
+        with run.stage(Stage.CALIBRATION):
             run.calibrate()
         return list(run.empty_calls), run.stages["calibration"]
 

@@ -22,7 +22,7 @@ Anything else nvcc is asked to do (several steps of a kind this does not know, a
 runs the real nvcc unchanged.
 
 Where it runs: the build child's sandbox (sandbox/isolation.py) binds this file, as an executable, over the
-toolkit's `bin/nvcc`, and the real toolkit at REAL_ROOT (sandbox/compile.py `accelerators`). build.ninja is
+toolkit's `bin/nvcc`, and the real toolkit at REAL_ROOT (sandbox/build/compiler.py `accelerators`). build.ninja is
 left as torch writes it, so the execution child, which has the real nvcc at that path, finds the `.cu`
 object up to date. Trust: it runs as the candidate's own process in its own build and changes only how fast
 that build goes; the candidate's outputs are judged at run time as always. Standard library only: it starts
@@ -56,7 +56,7 @@ _MODULE_ID = re.compile(r'--module_id_file_name "([^"]+)"')
 _LINE_MARKER = re.compile(rb'^# \d+ "((?:[^"\\]|\\.)*)"')
 _OUTPUT = re.compile(r'-o "([^"]+)"\s*$')
 RECORD_SUFFIX = ".split.json"
-"""Beside the object: how long each lane took and whether the ids agreed (scripts/bench_build.py reads it)."""
+"""Beside the object: how long each lane took and whether the ids agreed (scripts/bench/bench_build.py reads it)."""
 DRIVER_DIR = "nvcc-split"
 """Under the judge's cache root: this file as an executable, written by `install`."""
 

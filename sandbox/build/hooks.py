@@ -1,10 +1,10 @@
 """Inside the build child: two hooks on torch's extension build that make it faster and change nothing else.
 
-Runs in the isolated compile child before the candidate is imported (sandbox/child.py `compile_only`).
+Runs in the isolated compile child before the candidate is imported (sandbox/child/harness.py `compile_only`).
 build.ninja itself is left exactly as torch writes it: the execution child, which runs the same load_inline
 without these hooks, then finds every output up to date instead of rebuilding.
 
-1. The precompiled torch/extension.h for main.cpp (`JUDGE_BUILD_ACCEL`, sandbox/build_accel.py). The hook
+1. The precompiled torch/extension.h for main.cpp (`JUDGE_BUILD_ACCEL`, sandbox/build/accel.py). The hook
    looks at the flags main.cpp will be compiled with; when they equal those of a PCH variant in the read-only
    accelerator directory, it sets CPATH to that variant for the ninja run that follows, and clears it
    otherwise. Why CPATH: g++ searches CPATH after the command line's -I directories and before its -isystem
@@ -30,7 +30,7 @@ without these hooks, then finds every output up to date instead of rebuilding.
    plain files (sandbox/compile.audit). Otherwise ninja's record of main.cpp's headers is empty (g++ lists
    no header read from a PCH, and torch's are system headers).
 
-2. Slim torch headers for the `.cu` (`JUDGE_SLIM_HEADERS`, sandbox/slim_headers.py). The hook writes them
+2. Slim torch headers for the `.cu` (`JUDGE_SLIM_HEADERS`, sandbox/build/slim_headers.py). The hook writes them
    into the extension's build directory and points nvcc, and only nvcc, at them with `-I` in
    `NVCC_APPEND_FLAGS` for the ninja run. If a `.cu` fails to compile that way, the slim headers are removed
    and ninja runs again: the `.cu` is compiled against torch's own headers, as without the judge, and that
@@ -56,8 +56,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from sandbox import compile_errors, slim_headers
-from sandbox.build_accel import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
+from sandbox.build import errors as compile_errors
+from sandbox.build import slim_headers
+from sandbox.build.accel import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
 
 VERSION = 3
 """What these hooks do, as a number: part of every stored build outcome (sandbox/compile.accelerator_config), so
@@ -84,7 +85,7 @@ _MAIN_OBJECT_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?:\S*/)?main\.o\b
 and later put the exit status first: `FAILED: [code=1] main.o`."""
 FRONTEND = re.compile(r"\btorch::(?:nn|optim|data|jit|serialize|autograd|python|cuda|fft|linalg|special|nested"
                       r"|sparse|mps|xpu)::|\btorch::(?:save|load|NoGradGuard|AutoGradMode|manual_seed)\b")
-"""What the subset PCH certainly lacks (torch's C++ frontend, sandbox/build_accel.py): a main.cpp that names it
+"""What the subset PCH certainly lacks (torch's C++ frontend, sandbox/build/accel.py): a main.cpp that names it
 gets the full PCH without trying. Anything else the subset lacks fails to compile and falls back the same."""
 
 
@@ -120,10 +121,10 @@ def variants(accel_dir: str) -> list[tuple[list[str], str]]:
 
 def compiler_mismatch(built_with: str) -> str | None:
     """Why a PCH built with this compiler cannot serve this build's, or None. g++ rejects a PCH that another
-    executable wrote and parses the header instead, silently: a judge whose CXX differed from the child's
-    compiler once had every PCH of a host rejected that way (docs/benchmarks.md). Checked here, in the child,
+    executable wrote and parses the header instead, silently: a judge whose CXX differs from the child's
+    compiler has every PCH of its host rejected that way (docs/benchmarks.md). Checked here, in the child,
     against the compiler torch will run here, so that a mismatch is a line in the build log."""
-    import torch.utils.cpp_extension as ext
+    import torch.utils.cpp_extension as ext  # torch's extension builder: loaded where a build is hooked
 
     ours = shutil.which(ext.get_cxx_compiler()) or ext.get_cxx_compiler()
     theirs = shutil.which(built_with) or built_with
@@ -299,7 +300,7 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
         try:
             result = original(build_directory, verbose, error_prefix)
             if slim:
-                note(f"{directory.name}: .cu built against the slim torch headers (sandbox/slim_headers.py)")
+                note(f"{directory.name}: .cu built against the slim torch headers (sandbox/build/slim_headers.py)")
             if subset:
                 os.environ.pop(_FULL, None)
                 note(f"{directory.name}: main.cpp built with the subset of torch/extension.h")
@@ -345,7 +346,7 @@ def install(accel_dir: str | None, slim_headers: bool, pch_subset: bool = True) 
     offered = variants(accel_dir) if accel_dir else []
     if not offered and not slim_headers:
         return False
-    import torch.utils.cpp_extension as ext
+    import torch.utils.cpp_extension as ext  # torch's extension builder: loaded where a build is hooked
 
     write_original: Callable[..., Any] = ext._write_ninja_file
     signature = inspect.signature(write_original)

@@ -2,7 +2,7 @@
 
 Two readers, on either side of the trust boundary:
 
-- The build child (sandbox/build_hooks.py) asks `unchangeable` before it builds again without an accelerator
+- The build child (sandbox/build/hooks.py) asks `unchangeable` before it builds again without an accelerator
   (the slim headers for a `.cu`, the subset PCH for main.cpp). Those retries exist because a header the
   accelerator left out can make honest code fail; they cost a second compile (60-65 s of nvcc for a `.cu`
   against torch's full headers). They cannot change errors that sit in the candidate's own source and are
@@ -78,7 +78,7 @@ _KINDS = (("undeclared", UNDECLARED), ("syntax", re.compile(r"^expected\b|\bexpe
                               r"|cannot bind|lvalue|read-only|narrowing|ambiguous|deleted function")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Located:
     """One error line as the compiler wrote it."""
 
@@ -167,7 +167,7 @@ def _own_source(path: str, directory: Path) -> bool:
 
 # --- in the parent: the errors, placed in candidate.py ---------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Literal:
     """A string constant of candidate.py: its value, and the source line each of its value's lines begins on."""
 
@@ -222,7 +222,7 @@ def diagnosis_line(error: CompileError) -> str:
     return f"{error.location}: {error.message}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Found:
     """A literal found once in a generated file, from line `first` on."""
 
@@ -236,7 +236,7 @@ def find_literals(literals: list[Literal], text: str) -> list[Found]:
     for literal in sorted(literals, key=lambda lit: len(lit.value), reverse=True)[:MAX_LITERALS]:
         at = text.find(literal.value)
         if at >= 0 and text.find(literal.value, at + 1) < 0:
-            found.append(Found(literal, text.count("\n", 0, at) + 1))
+            found.append(Found(literal=literal, first=text.count("\n", 0, at) + 1))
     return found
 
 

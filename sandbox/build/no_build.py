@@ -110,9 +110,8 @@ def pending_steps(directory: Path) -> list[str] | None:
 
 def install() -> Guard:
     """Replace torch's ninja run in this process by the guard's (see the module docstring)."""
-    import torch.utils.cpp_extension as ext
-
-    from torch.utils.file_baton import FileBaton
+    import torch.utils.cpp_extension as ext  # torch's extension builder: loaded where the guard is installed
+    from torch.utils.file_baton import FileBaton  # (with it, its lock)
 
     guard = Guard()
     ext._run_ninja_build = guard.run_ninja_build

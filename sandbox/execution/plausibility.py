@@ -4,10 +4,10 @@ The child measures each timed call, and the child is untrusted: a candidate can 
 clock inside it. Three rules keep a forged or impossible time from becoming a score:
 
 - `timing_bound`: what the parent sees itself. Each timed batch of calls is one round trip (`go` ->
-  reply, see sandbox/execute.py); every figure here is per call (the batch's divided by its calls). A
+  reply, see sandbox/execution/phases.py); every figure here is per call (the batch's divided by its calls). A
   claim above the wall time of its own round trip is a lie outright. And the kernel accounts the CPU time
   every task of the sandbox ran during the round trip, exited threads and processes included
-  (sandbox/cputime.py): waiting for a CPU is not in it, so it does not grow on a saturated host, as a wall
+  (sandbox/execution/cputime.py): waiting for a CPU is not in it, so it does not grow on a saturated host, as a wall
   clock does. A median claim well below the median of that, less what an empty batch costs, is
   under-reported.
 - `untimed_work_bound` (GPU only): the same claim against the parent's own wall window beyond an empty
@@ -31,17 +31,16 @@ and CUDA events sit inside the host's window; 50 us covers the event clock's off
 
 MIN_CLAIM_FRACTION = {"cpu": 0.45, "cuda": 0.65}
 """The median claim must be at least this share of the parent's estimate of one call (`call_floor_ms`),
-measured with scripts/measure_timing_bound.py on honest candidates, idle and with the host saturated:
+measured with scripts/experiments/measure_timing_bound.py on honest candidates, idle and with the host saturated:
 
 - CPU (the 2-core CI machine, C++ candidates kl_div, cross_entropy, the log-then-reduce control, load
   average 9-17 with and without 3 more busy loops): claim / (run - empty) was 1.0-1.5 (the child's clock
-  also counts the time it waited for a CPU, the kernel's accounting does not). But later, with two workers
-  and the test suite sharing the 2 cores (load average ~9), honest kl_div_cpp_correct measured 0.80 twice
-  (docs/results/multi-device-cpu-2026-11-23.md), which the first rule (0.8) flagged; 0.6 was 25% under that.
-  Then on a faster 2-core machine (2026-11-25: kl_div_cpp_correct's call 0.19 ms, where the harness's own
-  per-call work beyond an empty call's, ~0.17 ms, outweighs RUN_NOISE_MS) honest ratios were 0.61-0.75 idle and
-  0.56 and 0.59 in the test suite (two honest candidates judged tamper_detected in two runs of it); 0.45 is 20%
-  under that. On the CPU the rule now catches an understatement past ~2.5x on calls of 0.7 ms and more, past
+  also counts the time it waited for a CPU, the kernel's accounting does not); with two workers and the test
+  suite sharing the 2 cores (load average ~9), honest kl_div_cpp_correct measured 0.80
+  (docs/results/multi-device-cpu-2026-11-23.md). On a faster 2-core machine (kl_div_cpp_correct's call 0.19 ms,
+  where the harness's own per-call work beyond an empty call's, ~0.17 ms, outweighs RUN_NOISE_MS) honest
+  ratios were 0.61-0.75 idle and down to 0.56 in the test suite. 0.45 is 20% under the lowest. On the CPU the
+  rule catches an understatement past ~2.5x on calls of 0.7 ms and more, past
   ~4x on a 0.3 ms call; the CPU profile exists to test the pipeline, and its forgeries of the clock itself are
   caught by the identity snapshots, not by this rule.
 - GPU (H100, 2026-11-23, docs/results/timing-bound-h100-2026-11-23.log: kl_div_fast, cross_entropy_fast,
@@ -54,15 +53,15 @@ MIN_CLAIM_FRACTION_TRAINING = {"cpu": 0.6, "cuda": 0.45}
 """The same for the training variants' timed calls (the step, and the forward alone). Their round trips
 carry per-call host work of the judge's own that an empty call has not: a gradient-requiring leaf per call,
 and the batch's and the previous batch's gradients kept alive for the recycled-gradient check, so every
-step's 1 GiB gradient is a fresh allocation. On the H100 (2026-11-23 evening, docs/results/, batches of
+step's 1 GiB gradient is a fresh allocation. On the H100 (docs/results/, 2026-11-23, batches of
 1 kl_div and 5 cross_entropy steps) honest claim / floor was 0.73-0.90 for the step and 0.58-0.72 for the
 forward alone, and 0.65 flagged three honest kernels; 0.45 is 23% under the lowest. An understatement past
 2.2x is caught here, and on a fast kernel the speed-of-light rule bounds it more tightly."""
 RUN_NOISE_MS = 0.1
 """How much more CPU a real call's round trip may take, per call, beyond its own work than an empty call's
-(the module call, pybind, the candidate's Python, a larger output path). It is paid by every call of a batch
-(the first scheme spread it over the batch's calls, which flagged honest cross_entropy_fast at batch 8 on a
-loaded H100 host: claim / floor 0.64). Measured on the H100 (2026-11-23 evening, 8 honest forward kernels):
+(the module call, pybind, the candidate's Python, a larger output path). It is paid by every call of a batch:
+spread over the batch's calls, it would flag honest cross_entropy_fast at batch 8 on a loaded H100 host
+(claim / floor 0.64). Measured on the H100 (2026-11-23, 8 honest forward kernels):
 run - empty - claim was 0.04-0.32 ms per call, the largest on device-bound kl_div calls (where the host spins
 through the call anyway) and 0.04-0.12 ms on the host-bound cross_entropy calls of batch 8."""
 
@@ -88,8 +87,9 @@ forward-alone batches (no honest figures)."""
 
 SOL_PROBE_MARGIN = 0.01
 """How far past speed-of-light a median may be before the rule calls it skipped work: what the bandwidth
-probe's own error could put an honest kernel past 100%. The probe (sandbox/baseline.py, `measure_bandwidth`) is
-measured once per device model and cached; its readings of H100s across hosts and runs, 31 distinct
+probe's own error could put an honest kernel past 100%. The probe
+(sandbox/execution/measure_baselines.py, `measure_bandwidth`) is measured once per device model and cached; its
+readings of H100s across hosts and runs, 31 distinct
 measurements in 12 result files (docs/results before 2f65fa8, which kept 6 of them), were 2.9969-3.0086
 TB/s: median 3.0042, -0.24% to +0.15% of it, standard deviation 0.09%, the highest 0.39% above the lowest. So a
 cached bandwidth can be 0.4% off the card's, and an honest kernel's fraction with it. Within one run the probe's
@@ -108,14 +108,14 @@ kernel that reads faster than torch's own kernels is much more likely skipping b
 kernels have ranked at 102-104%), and if an honest one ever does, the probe is what must get faster, not this
 limit wider.
 CPU: the probe copies 256 MiB, far out of every cache, but a CPU call's inputs (256 KiB for kl_div at 64x512)
-are evicted before each call by a 16 MiB flush only (sandbox/timing.py, CPU_FLUSH_BYTES), so on a host whose
+are evicted before each call by a 16 MiB flush only (sandbox/execution/timing.py, CPU_FLUSH_BYTES), so on a host whose
 last-level cache is larger they may be read from cache, faster than the DRAM probe allows. The honest CPU
-corpus measured at most 0.2 of speed-of-light (scripts/measure_timing_bound.py; kl_div_cpp_correct 0.08 on the
-CI machine: 0.17 ms against a 0.013 ms floor), so 1.5 is a wide margin that still catches a time forged to a
+corpus measured at most 0.2 of speed-of-light (scripts/experiments/measure_timing_bound.py; kl_div_cpp_correct
+0.08 on the CI machine: 0.17 ms against a 0.013 ms floor), so 1.5 is a wide margin that still catches a time forged to a
 few microseconds."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Breach:
     rule: str
     diagnosis: str
@@ -141,16 +141,19 @@ def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[
     over = [(i, c, w) for i, (c, w) in enumerate(zip(claims_ms, windows_ms)) if c > w + CLAIM_OVER_WINDOW_SLACK_MS]
     if over:
         i, claim, window = over[0]
-        return Breach("timing", f"timed call {i} claims {claim:.4f} ms, but the judge's clock saw the whole round "
-                      f"trip take {window:.4f} ms: the child's clock was tampered with", {"calls_over": len(over)})
+        return Breach(rule="timing",
+                      diagnosis=f"timed call {i} claims {claim:.4f} ms, but the judge's clock saw the whole round "
+                      f"trip take {window:.4f} ms: the child's clock was tampered with",
+                      details={"calls_over": len(over)})
     median = statistics.median(claims_ms)
     floor = call_floor_ms(runs_ms, empty_runs_ms)
     fractions = MIN_CLAIM_FRACTION_TRAINING if training else MIN_CLAIM_FRACTION
     fraction = fractions["cuda" if device_type == "cuda" else "cpu"]
     if median < fraction * floor:
-        return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge measured itself "
+        return Breach(rule="timing",
+                      diagnosis=f"the reported time ({median:.4f} ms) is far below what the judge measured itself "
                       f"(the kernel accounted at least {floor:.4f} ms of CPU work per call)",
-                      {"claim_median_ms": median, "floor_ms": floor})
+                      details={"claim_median_ms": median, "floor_ms": floor})
     return None
 
 
@@ -163,9 +166,10 @@ def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_wi
     beyond = statistics.median(windows_ms) - empty_window_ms
     if median >= MIN_WINDOW_FRACTION * beyond:
         return None
-    return Breach("timing", f"the reported time ({median:.4f} ms) is far below what the judge's own wall clock saw: "
+    return Breach(rule="timing",
+                  diagnosis=f"the reported time ({median:.4f} ms) is far below what the judge's own wall clock saw: "
                   f"a round trip took {beyond:.4f} ms per call beyond an empty one's, so device work ran that the "
-                  "reported time does not count", {"claim_median_ms": median, "window_beyond_empty_ms": beyond,
+                  "reported time does not count", details={"claim_median_ms": median, "window_beyond_empty_ms": beyond,
                                                     "min_window_fraction": MIN_WINDOW_FRACTION})
 
 
@@ -188,8 +192,9 @@ def speed_of_light(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: floa
     limit = IMPLAUSIBLE_SOL_FRACTION["cuda" if device_type == "cuda" else "cpu"]
     if fraction <= limit:
         return None
-    return Breach("implausible_speed",
-                  f"the reported time ({median_ms:.4f} ms) is {fraction:.2f}x speed-of-light ({100 * fraction:.1f}%): "
+    return Breach(rule="implausible_speed",
+                  diagnosis=f"the reported time ({median_ms:.4f} ms) is {fraction:.2f}x speed-of-light "
+                  f"({100 * fraction:.1f}%): "
                   f"reading the task's {min_bytes} bytes once at the device's measured bandwidth takes {floor_ms:.4f} "
                   f"ms, so a kernel this fast did not read its inputs (the limit is {limit:g}x)",
-                  {"speed_of_light_fraction": fraction, "limit": limit, "floor_ms": floor_ms})
+                  details={"speed_of_light_fraction": fraction, "limit": limit, "floor_ms": floor_ms})

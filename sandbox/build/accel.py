@@ -2,13 +2,13 @@
 
 Why: every `load_inline` main.cpp begins with `#include <torch/extension.h>` (~440k lines once preprocessed),
 and g++ spends most of a main.cpp compile parsing it. With a precompiled header (PCH) the same compile took
-11 CPU-s instead of 31 on the development machine, with byte-identical code (scripts/bench_build.py measures
+11 CPU-s instead of 31 on the development machine, with byte-identical code (scripts/bench/bench_build.py measures
 it). For a C++-only candidate main.cpp is the whole build; for a CUDA candidate it runs beside nvcc.
 
 Trust: the parent (the judge's own process) builds the PCH from torch's header and torch's own flags, never
 from candidate text, and binds the directory read-only into the build sandbox. Candidate code can neither
 write it nor choose its flags beyond a fixed list of harmless ones (`SAFE_FLAG`: the parent runs g++ with
-them outside any sandbox). A candidate that undoes the hook in its own child (sandbox/build_hooks.py) only
+them outside any sandbox). A candidate that undoes the hook in its own child (sandbox/build/hooks.py) only
 slows its own build.
 
 Exactness: a PCH is used only for a main.cpp compiled with exactly the flags it was built with (less
@@ -25,7 +25,7 @@ torch's own headers included verbatim: everything torch/extension.h gives but th
 operator, torch/types.h with torch's factories, pybind11 and torch's casters, its Python helpers). The
 same main.cpp then compiled in 3.5-3.8 s instead of 7.5-7.9 s on the development machine. The build child
 offers it first and falls back to the full PCH when main.cpp does not compile with it
-(sandbox/build_hooks.py): a candidate's compile errors are always torch's own.
+(sandbox/build/hooks.py): a candidate's compile errors are always torch's own.
 
 Layout under `<cache_root>/build-accel/` (survives restarts; one per host, like the build cache):
 
@@ -45,9 +45,12 @@ At most `MAX_VARIANTS` are kept, least recently used first out (each is ~0.3-0.8
 
 from __future__ import annotations
 
+import argparse
 import ast
 import fcntl
+import functools
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -62,6 +65,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+import torch
+
+from sandbox.config import JudgeConfig
+from sandbox import supervisor
 
 ACCEL_DIR = "build-accel"
 CHILD_MOUNT = "/judge-accel"
@@ -83,7 +91,7 @@ LAYOUT = "full+main-subset+stub 2"
 """Part of a variant's id: a variant built before the layout changed (the subset PCH, the stub) is built again,
 once."""
 STUB_TEXT = ("// A second #include <torch/extension.h> after the precompiled one: g++ looks for the header beside\n"
-             "// the .gch it used, finds this, and goes on to torch's own (sandbox/build_hooks.py).\n"
+             "// the .gch it used, finds this, and goes on to torch's own (sandbox/build/hooks.py).\n"
              "#include_next <torch/extension.h>\n")
 """The header beside each `.gch`. g++ uses a PCH once per translation unit; for a later include of the same
 name it looks for the header itself in the directory where it found the `.gch`, and without this fails with
@@ -161,9 +169,7 @@ def normalise(cflags: list[str] | str) -> list[str]:
 def torch_compile_flags(target: str, extra: tuple[str, ...]) -> tuple[str, list[str]]:
     """(compiler, flags) that this torch's load_inline uses for main.cpp: asked of torch itself, so that
     its version's choices (-std=c++17 or c++20, include directories) are the ones the PCH is built with."""
-    import inspect
-
-    import torch.utils.cpp_extension as ext
+    import torch.utils.cpp_extension as ext  # torch's extension builder: loaded only where a build needs it
 
     with tempfile.TemporaryDirectory(prefix="judge-pch-flags-") as tmp:
         ninja = os.path.join(tmp, "build.ninja")
@@ -181,6 +187,16 @@ def torch_compile_flags(target: str, extra: tuple[str, ...]) -> tuple[str, list[
     return child_compiler(), normalise(values["cflags"])
 
 
+@functools.cache
+def tool_version(argv: tuple[str, ...]) -> str:
+    """The last line a tool prints about its version ("absent" when it does not run): cached per process."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return "absent"
+    return out[-1] if out else "absent"
+
+
 def child_compiler() -> str:
     """The compiler a build child's load_inline runs main.cpp with, as the PCH must be built with it: g++ rejects
     a PCH written by any other executable ("created by a different GCC executable", shown only under
@@ -188,9 +204,7 @@ def child_compiler() -> str:
     (torch.utils.cpp_extension.get_cxx_compiler); the child's environment has no CXX and its own PATH
     (sandbox/supervisor.child_env), so it is `c++` on that PATH, whatever this process's CXX says. The GPU
     machines set CXX=/opt/gcc/bin/g++: every PCH built from it was rejected there (docs/benchmarks.md)."""
-    from sandbox.supervisor import child_path
-
-    return shutil.which(CHILD_CXX, path=child_path()) or CHILD_CXX
+    return shutil.which(CHILD_CXX, path=supervisor.child_path()) or CHILD_CXX
 
 
 def flag_include_dirs(flags: list[str]) -> list[Path]:
@@ -245,7 +259,7 @@ sys.exit(code if code >= 0 else 128 - code)
 started it. Trusted code, judge's own compiles; started with `start_new_session`, so it leads a process group
 holding the whole compiler tree.
 
-Why not exec the compiler in place, as `sandbox.baseline`'s `_WATCHED_MAIN` does: PR_SET_PDEATHSIG covers only
+Why not exec the compiler in place, as `sandbox.execution.baseline`'s `_WATCHED_MAIN` does: PR_SET_PDEATHSIG covers only
 the process that asks, and g++ is a driver that runs cc1plus as its child, which would outlive a killed g++
 (and the PCH compile is cc1plus's tens of seconds). So this stays as the group's parent and, when its own
 parent-death signal comes, SIGKILLs the group, itself and the compilers. The signal fires when the *thread*
@@ -289,10 +303,6 @@ def _complete(variant_dir: Path) -> bool:
 
 def variant_path(root: Path, compiler: str, flags: list[str]) -> Path | None:
     """Where the variant for these flags lives (built or not); None when torch's header is not among them."""
-    import torch
-
-    from sandbox.compile import tool_version
-
     if header_path(flags) is None:
         return None
     return root / variant_id(compiler, tool_version((*shlex.split(compiler), "-dumpfullversion")), torch.__version__,
@@ -304,8 +314,6 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
 
     Safe with any number of concurrent callers, in threads or processes: one builds, the rest wait for
     its lock and then find it (or its `.failed` record)."""
-    import torch
-
     header = header_path(flags)
     final = variant_path(root, compiler, flags)
     if header is None or final is None:
@@ -359,7 +367,7 @@ def subset_header_text(flags: list[str]) -> str | None:
     dirs = flag_include_dirs(flags)
     if not all(any((d / name).is_file() for d in dirs) for name in SUBSET_HEADERS):
         return None
-    lines = ["// The subset of torch/extension.h a load_inline main.cpp is offered first (sandbox/build_accel.py)."]
+    lines = ["// The subset of torch/extension.h a load_inline main.cpp is offered first (sandbox/build/accel.py)."]
     return "\n".join([*lines, *(f"#include <{name}>" for name in SUBSET_HEADERS)]) + "\n"
 
 
@@ -424,7 +432,7 @@ def _touch(variant: Path) -> None:
 
 # --- the entry point for the pipeline ------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Preparation:
     """What `prepare` offers a build, and what it cost that build."""
 
@@ -445,7 +453,7 @@ def preparation(cache_root: Path, target: str, source: str) -> Preparation:
     """`prepare`, saying how long building missing variants took."""
     sets = wanted_flag_sets(source)
     if not sets:
-        return Preparation(None)
+        return Preparation(root=None)
     root = accel_root(cache_root)
     offered, building_s = None, 0.0
     for extra in sets:
@@ -462,11 +470,11 @@ def preparation(cache_root: Path, target: str, source: str) -> Preparation:
         if variant is not None:
             _touch(variant)
             offered = root
-    return Preparation(offered, building_s)
+    return Preparation(root=offered, building_s=building_s)
 
 
 def warm(cache_root: Path, target: str, flag_sets: list[tuple[str, ...]] | None = None) -> list[Path]:
-    """Build the usual variants ahead of the first candidate (a deployment step; see scripts/bench_build.py)."""
+    """Build the usual variants ahead of the first candidate (a deployment step; see scripts/bench/bench_build.py)."""
     built = []
     for extra in flag_sets if flag_sets is not None else [(), ("-O2",), ("-O3",)]:
         compiler, flags = torch_compile_flags(target, extra)
@@ -477,11 +485,7 @@ def warm(cache_root: Path, target: str, flag_sets: list[tuple[str, ...]] | None 
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    from sandbox.config import JudgeConfig
-
-    parser = argparse.ArgumentParser(prog="python -m sandbox.build_accel",
+    parser = argparse.ArgumentParser(prog="python -m sandbox.build.accel",
                                      description="Build the precompiled torch/extension.h variants now.")
     parser.add_argument("--target", choices=["cpu", "cuda"], default="cuda")
     args = parser.parse_args(argv)

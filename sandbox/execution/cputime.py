@@ -1,7 +1,7 @@
 """CPU time of a sandboxed job, from the kernel's own accounting: what the parent trusts about the child's work.
 
-The parent reads it just before and just after each timed round trip (`go`, sandbox/execute.py); the rule it
-feeds is in sandbox/plausibility.py. Nothing in the sandbox can write these counters, and none of them counts
+The parent reads it just before and just after each timed round trip (`go`, sandbox/execution/phases.py); the rule it
+feeds is in sandbox/execution/plausibility.py. Nothing in the sandbox can write these counters, and none of them counts
 time spent waiting for a CPU, so unlike a wall clock they do not grow when the host is saturated.
 
 Two sources, the first that works (`Meter.source` says which, and the verdict records it as
@@ -64,7 +64,7 @@ def process_clock_id(pid: int) -> int:
     return ((~pid) << 3) | 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reading:
     """One reading of a job's CPU time."""
 
@@ -98,14 +98,14 @@ class Meter:
             ns = self.cgroup.cpu_usage_ns()
             if ns is None:
                 raise CpuTimeUnavailable(f"the job's cgroup no longer reports its CPU time ({self.source})")
-            return Reading(self.source, ns, settled=settled)
+            return Reading(source=self.source, total_ns=ns, settled=settled)
         clocks = {}
         for pid in tree(self.root_pid)[0]:
             try:
                 clocks[pid] = time.clock_gettime_ns(process_clock_id(pid))
             except OSError:
                 pass  # exited since it was listed
-        return Reading(PROCESS_CLOCKS, sum(clocks.values()), clocks, settled)
+        return Reading(source=PROCESS_CLOCKS, total_ns=sum(clocks.values()), processes=clocks, settled=settled)
 
     def settle(self) -> bool:
         """Wait until no thread of the tree is on a CPU (its time charged), at most SETTLE_S; whether it came."""

@@ -58,6 +58,11 @@ from typing import Any
 
 import torch
 
+import reference
+
+SANDBOX_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The judge's package directory (sandbox/child/audit.py is two levels below it)."""
+
 FINDINGS = "judge.findings"
 SEAL = "judge.seal"
 TRIPWIRE = "judge.tripwire"
@@ -98,12 +103,9 @@ def _trusted_roots(untrusted: tuple[str, ...]) -> tuple[str, ...]:
     dist-packages or a carried wheel directory that no sysconfig path names) and that neither holds nor lies
     inside one of the `untrusted` directories (the candidate's build and source directories, the working
     directory that `python -m` puts first on sys.path)."""
-    import reference
-    import sandbox
-
     paths = sysconfig.get_paths()
     dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    dirs |= {os.path.dirname(sandbox.__file__), os.path.dirname(reference.__file__)}
+    dirs |= {SANDBOX_DIR, os.path.dirname(reference.__file__)}
     dirs |= {p for p in sys.path if p and os.path.isdir(p) and not os.access(p, os.W_OK)
              and not any(_inside(p, x) or _inside(x, p) for x in untrusted if x)}
     dirs |= {os.path.realpath(d) for d in dirs}
@@ -112,10 +114,8 @@ def _trusted_roots(untrusted: tuple[str, ...]) -> tuple[str, ...]:
 
 def _tracer_roots() -> tuple[str, ...]:
     """Who may set a tracer or profiler: the judge (its `_profiled`) and torch (its profiler)."""
-    import reference
-    import sandbox
-
-    dirs = {os.path.dirname(p) for p in (sandbox.__file__, reference.__file__, torch.__file__)}
+    dirs = {os.path.dirname(p) for p in (reference.__file__, torch.__file__)}
+    dirs |= {SANDBOX_DIR}
     dirs |= {os.path.realpath(d) for d in dirs}
     return tuple(sorted(os.path.join(d, "") for d in dirs))
 
@@ -295,7 +295,7 @@ _MONITORING_TOOLS = range(6)
 _SIGNALS = tuple(sorted(signal.valid_signals()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HookBaseline:
     """The judge's own hooks, before the candidate exists: anything else later is the candidate's."""
 
@@ -307,8 +307,9 @@ class HookBaseline:
 
     @classmethod
     def capture(cls) -> HookBaseline:
-        return cls(tuple(gc.callbacks), tuple(map(signal.getsignal, _SIGNALS)), sys.unraisablehook, _thread._count(),
-                   _monitoring_tools())
+        return cls(gc_callbacks=tuple(gc.callbacks), signal_handlers=tuple(map(signal.getsignal, _SIGNALS)),
+                   unraisablehook=sys.unraisablehook, python_threads=_thread._count(),
+                   monitoring_tools=_monitoring_tools())
 
 
 def _monitoring_tools() -> tuple[str | None, ...]:

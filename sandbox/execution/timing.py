@@ -1,6 +1,6 @@
 """Measuring calls on one device, in the manner of triton.testing.do_bench, a batch of fresh calls at a time.
 
-Each timed call has inputs from a seed drawn for it alone (see sandbox/execute.py), so calls cannot be
+Each timed call has inputs from a seed drawn for it alone (see sandbox/execution/phases.py), so calls cannot be
 repeated on one input set as do_bench does. Instead a batch of calls, each with its own resident input
 set, runs back to back between two device-wide synchronisations (`time_batch`):
 
@@ -34,7 +34,7 @@ What a batch measures is out of the candidate's reach while it runs (issue 25): 
 before the first call (`ClockState`), so an attribute set on the clock instance from a frame the candidate
 walked to changes nothing this batch measures, and is reported (`BatchTime.tampered`); the calls and their
 events are tuples, which no frame's reader can edit in place; events re-recorded out of order are reported.
-The child's `Keeper` (sandbox/window.py) copies each call's output inside the window, so work a candidate
+The child's `Keeper` (sandbox/execution/window.py) copies each call's output inside the window, so work a candidate
 defers past the batch's last event cannot change what is reported.
 """
 
@@ -84,7 +84,7 @@ EVENT_RESOLUTION_MS = 0.001
 """CUDA events resolve about half a microsecond: a negative span shorter than this is the timer, not a re-record."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallTime:
     """One timed call. `time_ms` is what the judge reports, the rest explains it."""
 
@@ -97,7 +97,7 @@ class CallTime:
     result: object
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallTimes:
     """Repeated calls of one callable (the trusted baselines)."""
 
@@ -105,7 +105,7 @@ class CallTimes:
     hidden_work: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClockState:
     """Everything a batch reads of its clock, read once before the batch's first call."""
 
@@ -142,8 +142,10 @@ class DeviceClock:
         self.flush_span = (self._flush.data_ptr(), self._flush.numel())
 
     def state(self) -> ClockState:
-        return ClockState(self.device, self.is_cuda, self.flush, (self._flush.data_ptr(), self._flush.numel()),
-                          self.host_overhead_ms, self.flush_ms, self.lead_flushes)
+        return ClockState(device=self.device, is_cuda=self.is_cuda, flush=self.flush,
+                          flush_span=(self._flush.data_ptr(), self._flush.numel()),
+                          host_overhead_ms=self.host_overhead_ms, flush_ms=self.flush_ms,
+                          lead_flushes=self.lead_flushes)
 
     def changes(self, state: ClockState) -> tuple[str, ...]:
         """What differs from `state` (read before a batch) now, and what the flush buffer lost since it was made."""
@@ -190,7 +192,7 @@ class DeviceClock:
         return self.host_overhead_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchTime:
     """One batch of timed calls. `times_ms` are what the judge reports, the rest explains them."""
 
@@ -228,7 +230,8 @@ def batch_size(device: torch.device, bytes_per_call: int, armed_bytes: int = ARM
 
 
 class Keeper(Protocol):
-    """What the caller keeps of each call before the batch's window closes (the child's: sandbox/window.py)."""
+    """What the caller keeps of each call before the batch's window closes (the child's:
+    sandbox/execution/window.py)."""
 
     def take(self, index: int, result: object) -> None:
         """Copy call `index`'s result: on the CPU inside that call's timed interval, on a GPU after the batch's
@@ -255,7 +258,8 @@ def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, fir
         times.append((perf() - t0) * 1e3)
         results.append(result)
     kept = keep.close() if keep is not None else ()
-    return BatchTime(times, sum(times), None, False, results, kept, clock.changes(state))
+    return BatchTime(times_ms=times, host_ms=sum(times), events_ms=None, hidden_work=False, results=results, kept=kept,
+                     tampered=clock.changes(state))
 
 
 def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep: Keeper | None = None) -> BatchTime:
@@ -289,7 +293,8 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep:
     tampered = clock.changes(state)
     if min(events_ms + gaps) < -EVENT_RESOLUTION_MS:
         tampered += ("the batch's timing events (recorded again, out of order, during the batch)",)
-    return BatchTime(times, host_ms, events_ms, hidden, results, kept, tampered)
+    return BatchTime(times_ms=times, host_ms=host_ms, events_ms=events_ms, hidden_work=hidden, results=results,
+                     kept=kept, tampered=tampered)
 
 
 def time_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, cpu_flushed: bool = False,
@@ -304,7 +309,8 @@ def time_one_call(clock: DeviceClock, fn: Callable[[], object], *, cpu_flushed: 
     """A batch of one call."""
     timed = time_batch(clock, [fn], cpu_flushed=cpu_flushed)
     events = timed.events_ms[0] if timed.events_ms else None
-    return CallTime(timed.times_ms[0], timed.host_ms, events, timed.hidden_work, timed.results[0])
+    return CallTime(time_ms=timed.times_ms[0], host_ms=timed.host_ms, event_ms=events, hidden_work=timed.hidden_work,
+                    result=timed.results[0])
 
 
 def time_calls(clock: DeviceClock, fn: Callable[[], object], reps: int, warmup: int, batch: int = 1) -> CallTimes:
@@ -319,7 +325,7 @@ def time_calls(clock: DeviceClock, fn: Callable[[], object], reps: int, warmup: 
         timed = time_batch(clock, [fn] * min(batch, reps - len(times)))
         times += [timed.mean_ms] * len(timed.times_ms)
         hidden = hidden or timed.hidden_work
-    return CallTimes(times, hidden)
+    return CallTimes(times_ms=times, hidden_work=hidden)
 
 
 def plan_reps(estimate_ms: float, budget_ms: float, min_reps: int, max_reps: int) -> tuple[int, int]:

@@ -20,7 +20,7 @@ WARN_BELOW = 0.9
 """A share of cached modules under this is a deployment without caches, not a few new files."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Coverage:
     package: str
     root: Path
@@ -40,7 +40,7 @@ def coverage(package: str) -> Coverage | None:
     root = Path(next(iter(spec.submodule_search_locations)))
     sources = list(root.rglob("*.py"))
     cached = sum(1 for source in sources if Path(importlib.util.cache_from_source(str(source))).exists())
-    return Coverage(package, root, len(sources), cached)
+    return Coverage(package=package, root=root, modules=len(sources), cached=cached)
 
 
 def missing_caches(packages: tuple[str, ...] = CHILD_PACKAGES) -> list[Coverage]:

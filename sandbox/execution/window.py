@@ -1,6 +1,6 @@
 """The edge of a timed batch's window in the child: what is copied out of each call before the window closes.
 
-Untrusted process, same THREAT MODEL as sandbox/child.py. The attack this answers is deferred work (issue 25):
+Untrusted process, same THREAT MODEL as sandbox/child/harness.py. The attack this answers is deferred work (issue 25):
 a candidate whose kernels run after the batch's last event (launched from an allocator trace callback, a gc
 callback or a finaliser when the harness next allocates, or still running on a stream nobody waited for)
 returns outputs that are wrong when the window closes and right by the time the harness reads them. So the
@@ -37,7 +37,7 @@ SAMPLED_ROWS = 64
 escapes with probability (1 - f) ** 64 per step: 0.26% for f = 0.09, nil for the whole gradient."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Kept:
     """What one call left inside the window."""
 
@@ -69,7 +69,7 @@ def _raw(buffer: torch.Tensor) -> np.ndarray:
 
 class Keeper:
     """Host buffers for one armed batch, made at `arm`; `take` copies a call's output (and digests of a sample of
-    its gradient's rows) into them, `close` returns them as `Kept`, fixed. Implements sandbox/timing.py's
+    its gradient's rows) into them, `close` returns them as `Kept`, fixed. Implements sandbox/execution/timing.py's
     `Keeper`. On a GPU the copies of a whole batch are a handful of operations queued together at `close` (each
     operation costs the host microseconds inside the window; a training batch has up to eight steps)."""
 
@@ -125,7 +125,7 @@ class Keeper:
         leaf = self._leaves[index]
         grad = leaf.grad
         if not self._fits(grad, tuple(leaf.shape), leaf.dtype):
-            return  # refused when the gradient is taken (sandbox/training_child.py `_take_grad`), or by the parent
+            return  # refused when the gradient is taken (sandbox/child/training.py `_take_grad`), or by the parent
         rows = np.frombuffer(os.urandom(8 * self._rows), dtype=np.uint64) % np.uint64(leaf.shape[0])
         self._index_np[index] = rows.astype(np.int64)
         self._grads[index] = grad.detach()
@@ -158,10 +158,11 @@ class Keeper:
         taken = self._results[index] is not None
         output = self._output_raw[index * size:(index + 1) * size].tobytes() if taken else None
         if not self._sampled[index] or self._grads[index] is None:
-            return Kept(output)
+            return Kept(output=output)
         size = 8 * self._rows
-        return Kept(output, self._sampled[index], self._digest_raw[index * size:(index + 1) * size].tobytes(),
-                    self._weights)
+        return Kept(output=output, rows=self._sampled[index],
+                    row_digests=self._digest_raw[index * size:(index + 1) * size].tobytes(),
+                    weights=self._weights)
 
     def close(self) -> tuple[Kept, ...]:
         if self.cuda:  # queued on this stream after the batch's last call: wait for them alone
@@ -170,7 +171,7 @@ class Keeper:
             self._frozen = [self._fix(i) for i in range(self.calls)]
         if self.at_close is not None:
             self.findings = list(self.at_close())
-        return tuple(k if k is not None else Kept(None) for k in self._frozen)
+        return tuple(k if k is not None else Kept(output=None) for k in self._frozen)
 
 
 def raw_bytes(t: torch.Tensor) -> bytes:

@@ -8,23 +8,23 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
   freed memory); the trusted parent computes fp64 ground truth from the same seeds;
 - it hands back raw bytes of outputs and fingerprints of inputs; the parent rebuilds and compares;
 - seeds arrive after the candidate is imported, one per trial and one per timed call, each only when
-  its call is about to run, so nothing can be precomputed or reused (see sandbox/execute.py);
+  its call is about to run, so nothing can be precomputed or reused (see sandbox/execution/phases.py);
 - the objects it relies on (timers, synchronisation, tensor methods, its own functions) are captured
   before the import and verified unchanged after every step (`Integrity`); a change is reported as
   tampering, and so is a hook through which candidate code would run inside the harness's own steps,
   such as making a timed call's inputs: a tracer, a profiler, a torch mode left entered, a kernel
   registered in the dispatcher for an operator the harness uses, a gc callback, a signal handler;
-- the judge's audit hook (sandbox/audit.py) is installed before all of that: it refuses any other audit
+- the judge's audit hook (sandbox/child/audit.py) is installed before all of that: it refuses any other audit
   hook, tracer or profiler, and records candidate code taking a frame or walking the garbage collector,
   the ways to the harness's own state (the timing loop's locals, this process's `Child`); the harness's
   instances are sealed in it, out of reach of frames;
-- each timed call's output is copied out inside the timing window (sandbox/window.py), so work deferred
+- each timed call's output is copied out inside the timing window (sandbox/execution/window.py), so work deferred
   past the batch's last event changes nothing reported, and is itself reported;
 - the task's forbidden operators are replaced in the dispatcher by tripwires before the import: a call
   from Python or from C++ through the dispatcher raises and is recorded, even if the candidate catches
   the error;
 - torch's extension builder may only load what the build stage built: a compile here would hold the
-  device for the length of a build, so it is refused (sandbox/no_build.py) and the import is bounded in
+  device for the length of a build, so it is refused (sandbox/build/no_build.py) and the import is bounded in
   seconds by the parent (JudgeConfig.load_timeout_s);
 - the parent bounds what this process claims about time with its own clock around each timed call
   (`arm` makes the inputs, `go` runs the call alone, `inspect` checks afterwards), and the isolation layer
@@ -35,7 +35,6 @@ What remains possible for code in this process is written down in docs/threat-mo
 
 from __future__ import annotations
 
-import argparse
 import builtins  # noqa: F401 - watched by Integrity (sys.modules lookup)
 import importlib.util
 import inspect
@@ -46,18 +45,20 @@ import sys
 import time
 import traceback
 import types
+import warnings
 from types import MappingProxyType
 from typing import Any, Callable
 
 import torch
 
 from reference import get_task
-from sandbox import audit as _audit
+from sandbox.build import hooks as build_hooks
+from sandbox.child import audit as _audit
 from sandbox import compare as _compare
-from sandbox import no_build as _no_build
+from sandbox.build import no_build as _no_build
 from sandbox import protocol as _protocol
-from sandbox import timing as _timing
-from sandbox import window as _window
+from sandbox.execution import timing as _timing
+from sandbox.execution import window as _window
 
 CANDIDATE_MODULE = "candidate"
 _CUSTOM_OP = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?")
@@ -92,7 +93,7 @@ _WATCHED = [
     "torch:nn.Module.__call__", "torch:nn.Module._call_impl",
     "torch:nn.functional.kl_div", "torch:nn.functional.cross_entropy", "torch:nn.functional.log_softmax",
     "torch:log", "torch:softmax", "torch:rand", "torch:randint", "torch:randn", "torch:Generator",
-    "torch:utils.cpp_extension._run_ninja_build",  # the build guard (sandbox/no_build.py)
+    "torch:utils.cpp_extension._run_ninja_build",  # the build guard (sandbox/build/no_build.py)
     "sys:exit", "sys:setprofile", "sys:getprofile", "sys:audit", "os:_exit", "os:write", "os:read", "os:listdir",
     "os:urandom", "gc:callbacks",
     "json:dumps", "json:loads", "builtins:type", "builtins:isinstance",
@@ -159,8 +160,8 @@ def harness_operators(task: Any, device: torch.device, also: Callable[[], object
     fingerprinting them, copying an output out (and whatever `also` runs: the training checks). Recorded by
     running them once, before the import, below autograd (a dispatch mode) and above it (a function mode,
     for composite operators such as softmax)."""
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.overrides import TorchFunctionMode  # torch's mode classes: this probe's alone
+    from torch.utils._python_dispatch import TorchDispatchMode  # (a private module of torch's)
 
     seen: set[str] = set()
 
@@ -201,8 +202,6 @@ class Tripwires:
     def __init__(self, aten_ops: frozenset[str]) -> None:
         self.hits: list[str] = []
         self._library = torch.library.Library("aten", "IMPL")
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # overriding aten kernels warns by design
             for op in sorted(aten_ops):
@@ -218,7 +217,7 @@ class Tripwires:
 
         def tripwire(*args: Any, **kwargs: Any) -> Any:
             hits.append(op)
-            _audit.tripwire(op)  # a record frames cannot clear (sandbox/audit.py)
+            _audit.tripwire(op)  # a record frames cannot clear (sandbox/child/audit.py)
             raise RuntimeError(f"{op} is forbidden for this task: write the computation yourself")
 
         return tripwire
@@ -324,7 +323,7 @@ class Child:
         self.base_memory = 0
         self.extension_modules: frozenset[str] = frozenset()
         self.kernel_names: frozenset[str] = frozenset()
-        """Read at `load`: a pre-started child (sandbox/warm.py) exists before the candidate's file does."""
+        """Read at `load`: a pre-started child (sandbox/execution/warm.py) exists before the candidate's file does."""
         self.setup_s: dict[str, float] = {}
         """What each step of this set-up took (reported in `Ready`)."""
         mark = time.monotonic()
@@ -399,7 +398,7 @@ class Child:
         _protocol.send(self.res_fd, header, payloads)
 
     def load(self, cmd: _protocol.Load) -> dict[str, Any]:
-        """Import the candidate and build ModelNew on the device; nothing is compiled here (sandbox/no_build.py).
+        """Import the candidate and build ModelNew on the device; nothing is compiled here (sandbox/build/no_build.py).
 
         An extension the build stage did not build fails the load with `NotBuilt`, even when the candidate
         caught it and went on (or failed later for want of it): that refusal is the answer a person needs."""
@@ -439,7 +438,7 @@ class Child:
         extension's name in `__module__`; names that shadow a module we had already imported (a
         candidate calling its extension "torch") do not count. The build dir is the one torch's extensions
         are built under (`_BUILD_DIR`), not the source's: the judged source lives apart from the build, in a
-        file the candidate cannot write (sandbox/compile.py).
+        file the candidate cannot write (sandbox/build/compiler.py).
         """
         build_dir = _BUILD_DIR or os.path.dirname(os.path.abspath(self.source_path))
         names = set()
@@ -603,7 +602,7 @@ class Child:
 def serve(child: Child, cmd_fd: int) -> None:
     handlers = {"calibrate": child.calibrate, "load": child.load, "trial": child.trial, "estimate": child.estimate,
                 "arm": child.arm, "go": child.go, "inspect": child.inspect}
-    if hasattr(child, "grad_check"):  # training tasks (sandbox/training.py)
+    if hasattr(child, "grad_check"):  # training tasks (sandbox/execution/training.py)
         handlers["grad_check"] = child.grad_check
     while True:
         header, _ = _protocol.receive(cmd_fd)
@@ -636,7 +635,7 @@ def _is_build_failure(message: str) -> bool:
 
 def _construct_for_build(module: types.ModuleType) -> None:
     """Construct ModelNew once, on the CPU, so that extensions built in its __init__ (as many model-written
-    candidates do) are built here too: the execution child never builds (sandbox/no_build.py). This child has
+    candidates do) are built here too: the execution child never builds (sandbox/build/no_build.py). This child has
     no device, so an __init__ that needs one fails here and not there: only a failed build counts; anything
     else is one line in the build log, and the execution child constructs it for real."""
     model_cls = getattr(module, "ModelNew", None)
@@ -656,9 +655,7 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
     accel, slim = os.environ.get("JUDGE_BUILD_ACCEL"), os.environ.get("JUDGE_SLIM_HEADERS") == "1"
-    if accel or slim:  # the judge's faster builds: a precompiled header, slim headers (sandbox/build_hooks.py)
-        from sandbox import build_hooks
-
+    if accel or slim:  # the judge's faster builds: a precompiled header, slim headers (sandbox/build/hooks.py)
         build_hooks.install(accel, slim_headers=slim, pch_subset=os.environ.get("JUDGE_PCH_SUBSET") != "0")
     tripwires = Tripwires(task.forbidden_aten_ops)
     started = time.monotonic()
@@ -677,54 +674,6 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
                             "seconds": time.monotonic() - started})
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox.child")
-    parser.add_argument("mode", choices=["compile", "execute"])
-    parser.add_argument("--task", default="")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--pre-started", action="store_true",
-                        help="say `started`, then wait for `begin` (which names the task) before touching the device")
-    parser.add_argument("--context-at-start", action="store_true",
-                        help="a spare: create the device context before saying `started` (sandbox/warm.py)")
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--cmd-fd", type=int, required=True)
-    parser.add_argument("--res-fd", type=int, required=True)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(int(os.environ.get("JUDGE_CHILD_THREADS", "1")))
-    if args.mode == "compile":
-        compile_only(args.task, args.source, args.res_fd)
-        return
-    # The first operator the harness probe runs under a TorchFunctionMode imports torch._dynamo (~1.5 s of CPU):
-    # imported here, a spare pays it in its CPU-only start instead of inside the device gate. So is torch's
-    # extension builder, which the child's build guard replaces a function of (sandbox/no_build.py).
-    importlib.import_module("torch._dynamo")
-    importlib.import_module("torch.utils.cpp_extension")
-
-    task_id = args.task
-    if args.pre_started:
-        # A spare (sandbox/warm.py): everything above is CPU work. The device is first touched below, once the
-        # judge says no candidate is being timed on it; the candidate's files arrive later still, before `load`.
-        # With --context-at-start the context is created here, outside that wait, by an allocation alone: no
-        # kernel of ours runs before `Begin` (JudgeConfig.spare_context_at_start: what it does beside a timed
-        # kernel was measured).
-        if args.context_at_start and torch.device(args.device).type == "cuda":
-            torch.cuda.set_device(args.device)
-            torch.empty(1, device=args.device)
-        _protocol.send(args.res_fd, {"op": "started", "ok": True})
-        begin = _protocol.parse_command(_protocol.receive(args.cmd_fd)[0])
-        if not isinstance(begin, _protocol.Begin):
-            return  # `exit` (the spare was retired), or anything else: nothing to serve
-        task_id = begin.task
-    child_cls: type[Child] = Child
-    if get_task(task_id).training is not None:
-        from sandbox.training_child import TrainingChild  # imported before the candidate, like this module
-
-        child_cls = TrainingChild
-    child = child_cls(task_id, args.device, args.source, args.res_fd)
-    _protocol.send(args.res_fd, {"op": "ready", "ok": True, "setup_s": child.setup_s})
-    serve(child, args.cmd_fd)
-
-
 def exit_now() -> None:
     """End the process without the interpreter's finalisation: tearing down torch and the device context from
     Python took ~1 s of device time after every candidate. Nothing in the child needs an orderly end (its
@@ -737,7 +686,3 @@ def exit_now() -> None:
             pass
     os._exit(0)
 
-
-if __name__ == "__main__":
-    main()
-    exit_now()

@@ -4,8 +4,8 @@ The build runs inside the isolated child (`python -m sandbox.child compile`): im
 what triggers `load_inline`, and that import is candidate code. The parent only chooses the directory,
 holds a lock so concurrent identical submissions build once, enforces the time limit, and turns the
 compiler's output into a diagnosis that leads with the error lines. It also offers the build the judge's
-accelerators (`accelerators`): the shared precompiled torch/extension.h (sandbox/build_accel.py), read-only,
-and for CUDA the slim torch headers for the .cu (sandbox/slim_headers.py).
+accelerators (`accelerators`): the shared precompiled torch/extension.h (sandbox/build/accel.py), read-only,
+and for CUDA the slim torch headers for the .cu (sandbox/build/slim_headers.py).
 
 Layout of one build key (`KeyPaths`), and who may write what:
 
@@ -25,7 +25,6 @@ its `candidate.py` from a static initializer while it was built, changes nothing
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -33,7 +32,6 @@ import platform
 import re
 import shutil
 import stat
-import subprocess
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,7 +40,12 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
-from sandbox.build_hooks import ACCELERATOR_WORDS
+from sandbox import isolation
+from sandbox.build import accel as build_accel
+from sandbox.build import hooks as build_hooks
+from sandbox.build import nvcc_split
+from sandbox.build.accel import child_compiler, tool_version
+from sandbox.build.hooks import ACCELERATOR_WORDS
 
 if TYPE_CHECKING:
     from sandbox.config import JudgeConfig
@@ -59,16 +62,6 @@ _ERROR_LINE = re.compile(
 )
 
 
-@functools.cache
-def tool_version(argv: tuple[str, ...]) -> str:
-    """The last line a tool prints about its version ("absent" when it does not run): cached per process."""
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return "absent"
-    return out[-1] if out else "absent"
-
-
 def cuda_arch_list() -> str:
     """The architectures CUDA builds target: the visible GPUs', or TORCH_CUDA_ARCH_LIST."""
     if os.environ.get("TORCH_CUDA_ARCH_LIST"):
@@ -81,10 +74,8 @@ def cuda_arch_list() -> str:
 
 def toolchain(target: str) -> str:
     """Everything that changes what a build produces: equal strings mean a build can be reused. The C++
-    compiler is the one the build child runs (`c++` on its PATH, sandbox/build_accel.child_compiler), which
+    compiler is the one the build child runs (`c++` on its PATH, sandbox/build/accel.child_compiler), which
     need not be the g++ or CXX of the judge's own environment."""
-    from sandbox.build_accel import child_compiler
-
     compiler = child_compiler()
     parts = [
         f"python {platform.python_version()}",
@@ -98,14 +89,14 @@ def toolchain(target: str) -> str:
     return "; ".join(parts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Offer:
     """What `offer_accelerators` gives one build child."""
 
     env: dict[str, str]
     binds: dict[Path, str]
     pch_building_s: float = 0.0
-    """Seconds this build spent first building the host's shared precompiled headers (sandbox/build_accel.py)."""
+    """Seconds this build spent first building the host's shared precompiled headers (sandbox/build/accel.py)."""
 
 
 def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[str, str], dict[Path, str]]:
@@ -117,39 +108,34 @@ def accelerators(config: "JudgeConfig", target: str, source: str) -> tuple[dict[
 def offer_accelerators(config: "JudgeConfig", target: str, source: str) -> Offer:
     """The environment and read-only binds that make a build child's compile faster, nothing else.
 
-    The shared precompiled headers (sandbox/build_accel.py), built first for the variants the source will
-    probably need, once per host; and, for CUDA, the slim headers for the .cu (sandbox/slim_headers.py),
-    which the child writes itself, and nvcc's two front ends side by side (sandbox/nvcc_split.py), bound over
+    The shared precompiled headers (sandbox/build/accel.py), built first for the variants the source will
+    probably need, once per host; and, for CUDA, the slim headers for the .cu (sandbox/build/slim_headers.py),
+    which the child writes itself, and nvcc's two front ends side by side (sandbox/build/nvcc_split.py), bound over
     nvcc in the child's sandbox. Nothing here can fail a build: without them the child compiles as torch
     would on its own."""
-    from sandbox import isolation
-
     env: dict[str, str] = {"JUDGE_SLIM_HEADERS": "1"} if config.slim_headers and target == "cuda" else {}
     binds: dict[Path, str] = {}
     if target == "cuda" and config.split_nvcc and isolation.available_mechanism(config.isolation) == "bwrap":
         binds.update(_split_nvcc_binds(config.cache_root))
     if not config.precompiled_headers:
-        return Offer(env, binds)
-    from sandbox import build_accel
-
+        return Offer(env=env, binds=binds)
     try:
         prepared = build_accel.preparation(config.cache_root, target, source)
     except OSError:  # a full or read-only cache disk: build without
-        return Offer(env, binds)
+        return Offer(env=env, binds=binds)
     if prepared.root is None:
-        return Offer(env, binds, prepared.building_s)
+        return Offer(env=env, binds=binds, pch_building_s=prepared.building_s)
     mechanism = isolation.available_mechanism(config.isolation)
     if mechanism == "bwrap":
         binds[prepared.root] = build_accel.CHILD_MOUNT
-    return Offer({**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
-                  "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds, prepared.building_s)
+    return Offer(env={**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
+                  "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds=binds,
+                 pch_building_s=prepared.building_s)
 
 
 def _split_nvcc_binds(cache_root: Path) -> dict[Path, str]:
-    """The binds that put sandbox/nvcc_split.py in the place of the nvcc torch will run; none if there is none."""
-    from torch.utils import cpp_extension
-
-    from sandbox import nvcc_split
+    """The binds that put sandbox/build/nvcc_split.py in the place of the nvcc torch will run; none if there is none."""
+    from torch.utils import cpp_extension  # not at the top: the parent needs torch's extension builder only here
 
     if not cpp_extension.CUDA_HOME:
         return {}
@@ -202,7 +188,7 @@ def build_lock(build_root: Path, key: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildResult:
     ok: bool
     build_failed: bool
@@ -243,8 +229,6 @@ class BuildResult:
 def accelerator_config(config: "JudgeConfig", target: str) -> str:
     """Everything besides the toolchain that took part in a build: which accelerators were offered, and the
     versions of the code that offers them. Part of every stored outcome (`load_result`)."""
-    from sandbox import build_accel, build_hooks
-
     return json.dumps({
         "precompiled_headers": config.precompiled_headers, "pch_subset": config.pch_subset,
         "slim_headers": config.slim_headers and target == "cuda", "split_nvcc": config.split_nvcc and target == "cuda",
@@ -255,7 +239,7 @@ def load_result(paths: KeyPaths, accel: str) -> BuildResult | None:
     """The stored outcome of this key's build, when it may be reused; None to build again.
 
     A success is reused whatever accelerators built it: they change how fast main.cpp and the .cu compile,
-    never the object code (sandbox/build_accel.py, sandbox/slim_headers.py), and every fallback ends with
+    never the object code (sandbox/build/accel.py, sandbox/build/slim_headers.py), and every fallback ends with
     torch's own headers. A failure is reused only under the accelerator configuration that produced it: a
     compile error that a PCH or the slim headers caused, and that a fixed judge would not give, must not
     outlive the fix."""
@@ -288,7 +272,7 @@ def start_build(paths: KeyPaths, source: str) -> None:
 
 def audit(build_dir: Path) -> str | None:
     """What the build left in its directory that the judge will not read, or None when it is all plain files
-    and directories. The parent copies the build directory for every execution (sandbox/execute.py) and
+    and directories. The parent copies the build directory for every execution (sandbox/execution/run.py) and
     reads ninja's files in it: a symbolic link there could point it at another build or the judge's own
     files, a FIFO could block it, a device could be anything, a second hard link could tie two paths it
     believes distinct. Nothing honest makes any of these: torch, ninja and g++ write plain files."""
@@ -309,7 +293,7 @@ def audit(build_dir: Path) -> str | None:
 def place_source(paths: KeyPaths) -> None:
     """Put the checked source at build/candidate.py, replacing whatever the build left there.
 
-    Why: the execution child is started on a copy of the build directory (sandbox/execute.py) and imports
+    Why: the execution child is started on a copy of the build directory (sandbox/execution/run.py) and imports
     /build/candidate.py unless it is told another source (sandbox/supervisor.ChildSession's `source`).
     Written through a descriptor of the build directory, without following a link, as a new file: what the
     build wrote there (a link, a rewritten module) is gone first. Run only after `audit` passed."""
@@ -350,7 +334,7 @@ failure, which says nothing about the code."""
 def infrastructure_failure(error_message: str) -> str | None:
     """Why a failed build is the judge's or the host's doing rather than the candidate's, or None. Read from the
     message torch raised, which holds the output of the last ninja run only: earlier runs that the build hooks
-    retried (sandbox/build_hooks.py) may name the accelerators without being the build's outcome."""
+    retried (sandbox/build/hooks.py) may name the accelerators without being the build's outcome."""
     killed = _KILLED.search(error_message)
     if killed:
         return f"the compiler did not finish ({killed.group(0)})"

@@ -6,25 +6,25 @@ Until `candidate_loaded` is set, no candidate code has run, so a failure of the 
 (system_error, retried); from then on it is the candidate's.
 
 Nothing is compiled while the device is held: the child loads only what the build stage built (an extension
-it would have to build is a compile_error, sandbox/no_build.py), and the load has a limit of seconds
+it would have to build is a compile_error, sandbox/build/no_build.py), and the load has a limit of seconds
 (JudgeConfig.load_timeout_s), not the build's minutes.
 
 Timing (the heart of the integrity scheme, see docs/threat-model.md): every timed call gets inputs from
 its own seed, drawn here with `secrets` and sent to the child only when its batch is armed, from a
-distribution drawn at random for that call. A batch of such calls runs back to back (sandbox/timing.py);
+distribution drawn at random for that call. A batch of such calls runs back to back (sandbox/execution/timing.py);
 its claim is its calls' mean. The parent computes fp64 truth and input fingerprints for every seed while
 the child generates the inputs (never while a batch is timed), checks every timed output, and bounds what
 the child claims with what it can see itself: the wall time of the batch's round trip, and the CPU time
-the kernel accounted to the sandbox during it (sandbox/plausibility.py).
+the kernel accounted to the sandbox during it (sandbox/execution/plausibility.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import secrets
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,20 +33,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from reference import Task, get_task
+from reference import Task
 from reference.task import sharing_targets
-from sandbox import cputime, isolation, plausibility
+from sandbox import isolation
+from sandbox.execution import cputime
+from sandbox.execution import plausibility
 from sandbox import protocol as msg
 from sandbox.compare import compare, dtype_name, fingerprint, tensor_from_bytes
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
 from sandbox.supervisor import ChildFailure, ChildResult, ChildSession
-from sandbox.timing import batch_size, plan_reps, summarize
-from sandbox.verdict import Performance, Status, TimingStats, TrialResult, Verdict
+from sandbox.stages import timed
+from sandbox.execution.timing import batch_size, plan_reps, summarize
+from sandbox.verdict import Performance, Status, TimingStats, TrialResult
 
 if TYPE_CHECKING:
-    from sandbox.pipeline import PreparedCandidate
-    from sandbox.warm import WarmChild
+    from sandbox.execution.warm import WarmChild
 
 READY_TIMEOUT_S = 180.0
 """Starting the child: Python, torch and (on a GPU) a CUDA context; seconds on a loaded machine."""
@@ -69,6 +71,24 @@ ESTIMATE_TIMEOUT_FACTOR = 4
 R = TypeVar("R", bound=msg.Reply)
 
 
+class Stage(enum.StrEnum):
+    """The stages a candidate's device time is counted in (`Verdict.stages` keys), in the order they run."""
+
+    BASELINES = "baselines"
+    START = "start"
+    CALIBRATION = "calibration"
+    LOAD = "load"
+    CORRECTNESS = "correctness"
+    TIMING = "timing"
+    EXTRA_SHAPES = "extra_shapes"
+
+
+STAGE_LABELS = {Stage.BASELINES: "baselines", Stage.START: "starting the sandbox", Stage.CALIBRATION: "calibration",
+                Stage.LOAD: "import of the candidate", Stage.CORRECTNESS: "correctness", Stage.TIMING: "timing",
+                Stage.EXTRA_SHAPES: "extra shapes"}
+"""How a diagnosis names the stage a child failed in."""
+
+
 class _Stop(Exception):
     """Ends execution early with a verdict."""
 
@@ -79,7 +99,7 @@ class _Stop(Exception):
         self.details = details
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimedCall:
     """One timed batch (one `go`), in per-call units: every figure is the batch's divided by its calls."""
 
@@ -91,7 +111,7 @@ class TimedCall:
     """What the parent's clock saw: from sending `go` to reading the reply, per call."""
     run_ms: float
     """CPU time the sandbox ran in that window, by the kernel's accounting (waiting for a CPU excluded; threads and
-    processes that exited within it included, sandbox/cputime.py), per call."""
+    processes that exited within it included, sandbox/execution/cputime.py), per call."""
     hidden_work: bool
     calls: int = 1
     claims_ms: tuple[float, ...] = ()
@@ -107,15 +127,50 @@ class TimedCall:
     truth_ms: float = 0.0
     """The parent's own work during the arm (fp64 truth and fingerprints of the calls' inputs), per call."""
     cpu_source: str = ""
-    """Where `run_ms` came from (sandbox/cputime.py: a cgroup, or the processes' clocks)."""
+    """Where `run_ms` came from (sandbox/execution/cputime.py: a cgroup, or the processes' clocks)."""
     settled: bool = True
     """Whether both CPU-time readings found every thread of the sandbox off the CPU (cputime.SETTLE_S)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class TimingDetails:
+    """How a candidate's timing went, beside its figures (`Verdict.details["timing"]`, these keys in this order):
+    what the parent saw around every timed batch, and the inputs of the plausibility bounds."""
+
+    scheme: str = "fresh seed per call, batches of calls back to back, a batch's mean is its claim"
+    batch_size: int
+    timed_batches: int
+    warmup_batches: int
+    timed_calls: int
+    warmup_calls: int
+    planned_calls: int
+    distributions: dict[str, int]
+    """Calls per distribution, warm-up included."""
+    truth_checks: int
+    window_median_ms: float
+    run_median_ms: float
+    empty_call_run_ms: float
+    empty_call_window_ms: float
+    call_floor_ms: float
+    cpu_time_source: str
+    cpu_readings_unsettled: int
+    arm_windows_ms: list[float]
+    truth_ms: list[float]
+    empty_arm_window_ms: float
+    speed_of_light_limit: float
+    claims_ms: list[float]
+    batch_claims_ms: list[float]
+    windows_ms: list[float]
+    runs_ms: list[float]
+    hidden_work: bool
+    hidden_work_batches: list[int]
+    host_over_events: list[float | None]
+
+
+@dataclass(frozen=True, kw_only=True)
 class CallTruth:
     """What the parent knows of one timed call before it runs: the fp64 output and the inputs' fingerprints;
-    `gradient`, for a training step (sandbox/training.py, GradientTruth)."""
+    `gradient`, for a training step (sandbox/execution/training.py, GradientTruth)."""
 
     output: torch.Tensor
     prints: list[str]
@@ -143,7 +198,7 @@ class Execution:
     peak_memory: int | None = None
     """Most device memory the candidate allocated beyond its inputs in one timed call (CUDA only)."""
     warm: WarmChild | None = None
-    """A pre-started child (sandbox/warm.py) to judge on instead of starting one; its device's gate keeps a
+    """A pre-started child (sandbox/execution/warm.py) to judge on instead of starting one; its device's gate keeps a
     spare's set-up out of this candidate's timed phases."""
     build_dir: Path | None = None
     """The build stage's directory for this candidate (PreparedCandidate.build_dir)."""
@@ -152,21 +207,20 @@ class Execution:
     here: nothing the candidate wrote into its build directory can change the module imported."""
     meter: cputime.Meter | None = None
     """Reads the sandbox's CPU time around each timed batch; made for the child on its first batch."""
+    current: Stage = Stage.START
+    """The stage running (or the last one entered): what a failure of the child is reported against."""
 
     @property
     def is_cuda(self) -> bool:
         return torch.device(self.device).type == "cuda"
 
     @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, stage: Stage) -> Iterator[None]:
         """The one way to time a phase: wall seconds in `stages`, the parent's CPU seconds beside them."""
-        with self.warm.gate.phase(name, self.stages) if self.warm is not None else contextlib.nullcontext():
-            wall, cpu = time.monotonic(), time.process_time()
-            try:
+        self.current = stage
+        with self.warm.gate.phase(stage.value, self.stages) if self.warm is not None else contextlib.nullcontext():
+            with timed(self.stages, stage.value, self.parent_cpu_s):
                 yield
-            finally:
-                self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - wall
-                self.parent_cpu_s[name] = self.parent_cpu_s.get(name, 0.0) + time.process_time() - cpu
 
     # --- talking to the child -------------------------------------------------------------------
 
@@ -253,7 +307,7 @@ class Execution:
     def calibrate(self) -> None:
         """Before the candidate exists: the clocks' overhead, and what an empty timed round trip costs."""
         if self.warm is not None and self.warm.empty_calls is not None:
-            # Measured by this method on this child before any candidate existed (sandbox/warm.py).
+            # Measured by this method on this child before any candidate existed (sandbox/execution/warm.py).
             self.empty_calls = list(self.warm.empty_calls)
             return
         self.ask(msg.Calibrate(reps=CLOCK_CALIBRATION_REPS), msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
@@ -338,42 +392,40 @@ class Execution:
         empty_window = min(c.window_ms for c in self.empty_calls)
         every = [d for b in (*warm, *timed) for d in b.distributions]
         device_type = torch.device(self.device).type
-        details["timing"] = {
-            "scheme": "fresh seed per call, batches of calls back to back, a batch's mean is its claim",
-            "batch_size": size, "timed_batches": len(timed), "warmup_batches": len(warm),
-            "timed_calls": sum(b.calls for b in timed), "warmup_calls": sum(b.calls for b in warm),
-            "planned_calls": reps,
-            "distributions": {d: every.count(d) for d in pool},
-            "truth_checks": self.truth_checks,
-            "window_median_ms": statistics.median(windows),
-            "run_median_ms": statistics.median(runs),
-            "empty_call_run_ms": statistics.median(empty_runs),
-            "empty_call_window_ms": empty_window,
-            "call_floor_ms": plausibility.call_floor_ms(runs, empty_runs),
-            # Where the CPU times came from (sandbox/cputime.py), and how many batches' readings found a thread
-            # of the sandbox still on a CPU after cputime.SETTLE_S.
-            "cpu_time_source": ", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),
-            "cpu_readings_unsettled": sum(not b.settled for b in (*self.empty_calls, *timed)),
+        details["timing"] = dataclasses.asdict(TimingDetails(
+            batch_size=size, timed_batches=len(timed), warmup_batches=len(warm),
+            timed_calls=sum(b.calls for b in timed), warmup_calls=sum(b.calls for b in warm),
+            planned_calls=reps,
+            distributions={d: every.count(d) for d in pool},
+            truth_checks=self.truth_checks,
+            window_median_ms=statistics.median(windows),
+            run_median_ms=statistics.median(runs),
+            empty_call_run_ms=statistics.median(empty_runs),
+            empty_call_window_ms=empty_window,
+            call_floor_ms=plausibility.call_floor_ms(runs, empty_runs),
+            # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found
+            # a thread of the sandbox still on a CPU after cputime.SETTLE_S.
+            cpu_time_source=", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),
+            cpu_readings_unsettled=sum(not b.settled for b in (*self.empty_calls, *timed)),
             # The parent's clock around each arm and its own work meanwhile, per call (TimedCall.arm_ms): recorded,
             # not bounded (docs/threat-model.md, "The parent's own clocks").
-            "arm_windows_ms": [round(b.arm_ms, 5) for b in timed],
-            "truth_ms": [round(b.truth_ms, 5) for b in timed],
-            "empty_arm_window_ms": min(c.arm_ms for c in self.empty_calls),
-            "speed_of_light_limit": plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
-            "claims_ms": [round(c, 5) for b in timed for c in b.claims_ms],
-            "batch_claims_ms": [round(c, 5) for c in claims],
-            "windows_ms": [round(w, 5) for w in windows],
-            "runs_ms": [round(r, 5) for r in runs],
+            arm_windows_ms=[round(b.arm_ms, 5) for b in timed],
+            truth_ms=[round(b.truth_ms, 5) for b in timed],
+            empty_arm_window_ms=min(c.arm_ms for c in self.empty_calls),
+            speed_of_light_limit=plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
+            claims_ms=[round(c, 5) for b in timed for c in b.claims_ms],
+            batch_claims_ms=[round(c, 5) for c in claims],
+            windows_ms=[round(w, 5) for w in windows],
+            runs_ms=[round(r, 5) for r in runs],
             # Whether the host clock decided the median: most batches saw more than their events. A flagged
             # batch is always claimed by the host's time, so hidden work buys nothing in any batch; one flagged
             # batch in several is a host that fell behind the device once (on the H100, 2026-11-25: honest
             # cross_entropy_fast, 1 batch of 7 at 1.37x, the others 1.07-1.11x), not a finding to report.
-            "hidden_work": host_decided(timed),
+            hidden_work=host_decided(timed),
             # Which batches the host clock decided, and host over events for each (a stall: one batch a little
             # over; hidden work: every batch far over).
-            "hidden_work_batches": [i for i, b in enumerate(timed) if b.hidden_work],
-            "host_over_events": [round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed],
-        }
+            hidden_work_batches=[i for i, b in enumerate(timed) if b.hidden_work],
+            host_over_events=[round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed]))
         breach = (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
                                             training=self.task.training is not None)
                   or plausibility.untimed_work_bound(claims, windows, empty_window, device_type))
@@ -453,7 +505,7 @@ class Execution:
         return tuple(secrets.choice(pool) for _ in range(size))
 
     def batch_size(self) -> int:
-        """Calls per timed batch (sandbox/timing.py; a call's minimal bytes stand for its inputs' size)."""
+        """Calls per timed batch (sandbox/execution/timing.py; a call's minimal bytes stand for its inputs' size)."""
         return batch_size(torch.device(self.device), self.task.min_bytes(self.shape))
 
     def timed_batch(self, index: int, distributions: tuple[str, ...], *, empty: bool = False) -> TimedCall:
@@ -492,9 +544,11 @@ class Execution:
         outs = [self.output(went, [payload], step) for payload in raw.payloads]
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
         n = len(distributions)
-        batch = TimedCall(distributions[0], went.time_ms, window_ms / n, run_ms / n, went.hidden_work, n,
-                          tuple(went.times_ms), distributions, went.host_ms / n, went.event_ms, arm_ms / n,
-                          truth_ms / n, done.source, ran.settled and done.settled)
+        batch = TimedCall(distribution=distributions[0], claim_ms=went.time_ms, window_ms=window_ms / n,
+                          run_ms=run_ms / n, hidden_work=went.hidden_work, calls=n, claims_ms=tuple(went.times_ms),
+                          distributions=distributions, host_ms=went.host_ms / n, event_ms=went.event_ms,
+                          arm_ms=arm_ms / n, truth_ms=truth_ms / n, cpu_source=done.source,
+                          settled=ran.settled and done.settled)
         if empty:
             return batch
         if len(inspected.after_all) != n:
@@ -512,7 +566,7 @@ class Execution:
         self.record_peak(inspected.peak_memory_bytes, n)
         return batch
 
-    # --- what a training task changes (sandbox/training.py overrides these) -----------------------------
+    # --- what a training task changes (sandbox/execution/training.py overrides these) -----------------------------
 
     trial_reply = msg.TrialReply  # (a class attribute, not a dataclass field: no annotation)
     modified_inputs = "forward() modified its inputs in place"
@@ -527,7 +581,7 @@ class Execution:
     def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> CallTruth:
         """What the parent knows of one call (a trial or a timed call) before the child runs it."""
         output, prints = self.truth(shape, distribution, seed)
-        return CallTruth(output, prints)
+        return CallTruth(output=output, prints=prints)
 
     def record_evidence(self, reply: msg.TrialReply) -> None:
         """What a trial showed of the candidate's own code running (the custom-kernel rule)."""
@@ -559,133 +613,6 @@ def _precise(batches: list[TimedCall]) -> bool:
     return stats["median_ms"] > 0 and (high - low) / 2 <= TIMING_PRECISION * stats["median_ms"]
 
 
-def _failure_verdict(failure: ChildFailure, step: str) -> tuple[Status, str]:
-    tail = "\n".join(failure.stderr.strip().splitlines()[-15:])
-    suffix = f"\nlast output:\n{tail}" if tail else ""
-    if failure.kind == "timeout":
-        return Status.TIMEOUT, f"{step} did not finish: {failure}{suffix}"
-    if failure.kind == "protocol":
-        return Status.TAMPER_DETECTED, f"{step}: {failure}"
-    if failure.oom:
-        # A runaway allocation that timed out says how much it grew (supervisor.py); a hard kill says so.
-        what = str(failure) if failure.kind == "oom" and "while" in str(failure) else "was killed"
-        return Status.RUNTIME_ERROR, f"{step}: exceeded the sandbox memory limit: {what}{suffix}"
-    if failure.kind == "exited" and failure.returncode == 0:
-        return Status.TAMPER_DETECTED, (f"{step}: the process exited cleanly in the middle of judging "
-                                        f"(sys.exit/os._exit from candidate code){suffix}")
-    if failure.signal_name:
-        return Status.RUNTIME_ERROR, f"{step}: the process crashed ({failure.signal_name}){suffix}"
-    return Status.RUNTIME_ERROR, f"{step}: the process exited with code {failure.returncode}{suffix}"
-
-
-def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | None = None,
-            child: WarmChild | None = None) -> Verdict:
-    """Run the prepared candidate in an isolated child on `device`: correctness trials, then timing.
-
-    `child`: a pre-started child for this task and device (sandbox/warm.py), used for this candidate alone and
-    killed at the end; without one (or with one for another task or device), a child is started here.
-    """
-    config = config or JudgeConfig()
-    task = get_task(prepared.task_id)
-    if child is not None and (child.task_id != task.id.value or child.device != device):
-        # Judged by a child started here instead. The unfit one's process ends now, but its pool hears of its end
-        # only after this candidate: on the CPU the pool starts no spare beside a candidate in flight, and a start
-        # beside a cold candidate's timing once pushed an honest one under the timing bound on 2 cores.
-        child.session.kill()
-        try:
-            return execute(prepared, device, config=config)
-        finally:
-            child.discard()
-    is_cuda = torch.device(device).type == "cuda"
-    kind: type[Execution] = Execution
-    if task.training is not None:  # forward + backward, the gradient checked too (sandbox/training.py)
-        from sandbox.training import TrainingExecution
-
-        kind = TrainingExecution
-    run = kind(task, device, config, task.official_shape if is_cuda else task.cpu_shape, dict(prepared.stages))
-    run.warm = child
-    run.build_dir, run.source_path = prepared.build_dir, prepared.source_path
-    base = {"task": task.id.value, "device": device, "source_sha256": prepared.source_sha256,
-            "toolchain": prepared.toolchain, "imports": prepared.imports, "compile_log": prepared.compile_log}
-
-    # Imported here, so that `python -m sandbox.baseline` runs cleanly.
-    from sandbox.baseline import get_baselines
-
-    try:
-        with run.stage("baselines"):
-            baselines = get_baselines(task.id.value, device, run.shape, config)
-    except Exception as exc:  # noqa: BLE001 - our measurement failed: not the candidate's fault
-        if child is not None:
-            child.discard()
-        return Verdict(status=Status.SYSTEM_ERROR, diagnosis=f"baseline measurement failed: {exc}",
-                       stages=run.stages, **base)
-
-    runs_root = config.build_root.parent / "runs"
-    runs_root.mkdir(parents=True, exist_ok=True)
-    # A pre-started child's own directory is bound at its /build already: what is copied there, it sees.
-    work_dir = child.work_dir if child is not None else Path(tempfile.mkdtemp(prefix=f"{prepared.build_key[:12]}-",
-                                                                               dir=runs_root))
-    # A private copy: what the candidate writes while running cannot change its cached build.
-    shutil.copytree(prepared.build_dir, work_dir, dirs_exist_ok=True, symlinks=True)
-    fields: dict[str, Any] = {}
-    details: dict[str, Any] = {"build_advice": prepared.build_advice} if prepared.build_advice else {}
-    status, diagnosis = Status.CORRECT, ""
-    phase = "starting the sandbox"
-    held = time.monotonic()
-    try:
-        with run.stage("start"):
-            run.start(work_dir, fields)
-        phase = "calibration"
-        with run.stage("calibration"):
-            run.calibrate()
-        phase = "import of the candidate"
-        with run.stage("load"):
-            run.load()
-        phase = "correctness"
-        with run.stage("correctness"):
-            run.correctness()
-        phase = "timing"
-        with run.stage("timing"):
-            perf, hidden_work = run.timing(baselines, details)
-        fields["performance"] = perf
-        diagnosis = _summary(perf)
-        if hidden_work:
-            flagged, batches = len(details["timing"]["hidden_work_batches"]), details["timing"]["timed_batches"]
-            diagnosis += (f"; device work ran where the timing events do not look (another stream or thread) in "
-                          f"{flagged} of {batches} timed batches, so those were timed by the host clock between "
-                          "device-wide synchronisations")
-        if config.check_extra_shapes:
-            phase = "extra shapes"
-            with run.stage("extra_shapes"):
-                fields["extra_shapes"] = run.extras
-                run.extra_shapes(task.extra_shapes if is_cuda else task.cpu_extra_shapes)
-            bad = [e for e in run.extras if not e.passed]
-            if bad:
-                diagnosis += (f"; fails {len(bad)} of {len(run.extras)} extra shapes (reported, not part of the "
-                              f"verdict): first {bad[0].shape}: {bad[0].message}")
-    except _Stop as stop:
-        status, diagnosis, details = stop.status, stop.diagnosis, {**details, **stop.details}
-    except ChildFailure as failure:
-        status, diagnosis = _failure_verdict(failure, phase)
-        details["failure"] = failure.kind
-        if not run.candidate_loaded:
-            # No candidate code had run yet: the sandbox or the machine failed, not the candidate.
-            status = Status.SYSTEM_ERROR
-            diagnosis = f"the judge's child failed before loading the candidate: {diagnosis}"
-    except isolation.IsolationError as exc:
-        status, diagnosis = Status.SYSTEM_ERROR, f"the sandbox could not start: {exc}"
-    finally:
-        if run.session is not None:
-            run.session.close()
-        shutil.rmtree(work_dir, ignore_errors=True)
-    # What judging this candidate cost: the device is held from the child's start to its end.
-    details["cost"] = {"device_held_s": round(time.monotonic() - held, 4), "truth_checks": run.truth_checks,
-                       "parent_cpu_s": {k: round(v, 4) for k, v in run.parent_cpu_s.items()},
-                       "pre_started": child.cost() if child is not None else None}
-    return Verdict(status=status, diagnosis=diagnosis, stages=run.stages, trials=run.trials, details=details,
-                   **fields, **base)
-
-
 def _performance(task: Task, shape: tuple[int, ...], stats: TimingStats, baselines: dict,
                  peak: int | None) -> Performance:
     base_stats = {name: TimingStats(**values) for name, values in baselines.get("baselines", {}).items()}
@@ -702,12 +629,3 @@ def _performance(task: Task, shape: tuple[int, ...], stats: TimingStats, baselin
         peak_memory_bytes=peak,
         reference_peak_memory_bytes=baselines.get("reference_peak_memory_bytes"),
     )
-
-
-def _summary(perf: Performance) -> str:
-    stats = perf.candidate
-    parts = [f"correct: {stats.median_ms:.4f} ms median (IQR {stats.q25_ms:.4f}-{stats.q75_ms:.4f}, {stats.reps} runs)"]
-    parts += [f"{s:.2f}x vs {name}" for name, s in perf.speedups.items()]
-    if perf.speed_of_light_fraction is not None:
-        parts.append(f"{100 * perf.speed_of_light_fraction:.0f}% of speed-of-light")
-    return ", ".join(parts)

@@ -1,7 +1,7 @@
 """The training variants in the trusted parent: gradients checked against fp64 truth, the step timed, baselines.
 
 For tasks with `task.training` set (kl_div_train, cross_entropy_train; reference/training.py). The child
-side is sandbox/training_child.py. What changes from the forward judge (sandbox/execute.py), and why:
+side is sandbox/child/training.py. What changes from the forward judge (sandbox/execution/phases.py), and why:
 
 - Each trial and each timed step is forward + backward on fresh seeded inputs, with an incoming gradient
   `scale` from the seed. The loss is checked as for the forward task; then, and only after the step ran,
@@ -20,7 +20,8 @@ side is sandbox/training_child.py. What changes from the forward judge (sandbox/
   after it the same way (every loss checked) and reported in `details["training"]`. Peak device memory is
   a step's: the batch's peak less the earlier steps' gradients, which the judge keeps for checking.
 - Baselines: eager and torch.compile of the same step (and of the forward alone), and Liger-Kernel's fused
-  loss as an extra step row where it is installed and agrees with the fp64 truth (`measure_baselines`, run
+  loss as an extra step row where it is installed and agrees with the fp64 truth
+  (sandbox/execution/measure_baselines.py, run
   in the trusted baseline subprocess).
 """
 
@@ -28,19 +29,19 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from reference import Task
 from reference.task import row_chunks
 from reference.training import grad_output_scale
-from sandbox import plausibility
+from sandbox.execution import plausibility
 from sandbox import protocol as msg
-from sandbox.compare import compare, dtype_name, tensor_from_bytes
-from sandbox.execute import CallTruth, Execution, _Stop
-from sandbox.timing import ARMED_BYTES, batch_size, summarize
-from sandbox.training_child import projection_weights
+from sandbox.compare import dtype_name, fingerprint, tensor_from_bytes
+from sandbox.execution.phases import CallTruth, Execution, _Stop
+from sandbox.execution.timing import ARMED_BYTES, batch_size, summarize
+from sandbox.child.training import projection_weights
 from sandbox.verdict import Status, TimingStats
 
 GRAD_SAMPLE_BYTES = 8 << 20
@@ -61,7 +62,7 @@ def training_armed_bytes(total_memory: int) -> int:
     return max(ARMED_BYTES, total_memory // 3)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GradientTruth:
     """What the parent knows about one step's gradient before asking for it, in per-row units."""
 
@@ -78,7 +79,7 @@ class GradientTruth:
     """fp64 (len(rows), cols): what rtol applies to in the sampled rows (Training.gradient_magnitude)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GradientResult:
     passed: bool
     message: str | None = None
@@ -129,9 +130,10 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     """The child's gradient report against the truth (module doc); ValueError for malformed payloads."""
     rows, cols = shape
     if reply.dtype != dtype_name(torch.float32):
-        return GradientResult(False, f"predictions.grad has dtype {reply.dtype}, expected float32")
+        return GradientResult(passed=False, message=f"predictions.grad has dtype {reply.dtype}, expected float32")
     if list(reply.shape) != [rows, cols]:
-        return GradientResult(False, f"predictions.grad has shape {reply.shape}, expected {[rows, cols]}")
+        return GradientResult(passed=False,
+                              message=f"predictions.grad has shape {reply.shape}, expected {[rows, cols]}")
     if len(payloads) != 2:
         raise ValueError(f"expected 2 gradient payloads, got {len(payloads)}")
     to_rows = rows / truth.scale  # raw gradient -> per-row units
@@ -139,13 +141,14 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     finite = torch.isfinite(projections)
     if not bool(finite.all()):
         bad = int((~finite).nonzero()[0])
-        return GradientResult(False, f"the gradient has NaN/Inf values in {int((~finite).sum())} row(s); "
+        return GradientResult(passed=False,
+                              message=f"the gradient has NaN/Inf values in {int((~finite).sum())} row(s); "
                               f"first row {bad}")
     excess = (projections - truth.projections).abs() - truth.bounds
     wrong = (excess > 0).nonzero().flatten()
     if wrong.numel():
         r = int(wrong[0])
-        return GradientResult(False, (
+        return GradientResult(passed=False, message=(
             f"the gradient is wrong in {wrong.numel()} of {rows} rows (each row checked through a projection on "
             f"random weights drawn after the step): first row {r}, projection {float(projections[r]):.9g}, expected "
             f"{float(truth.projections[r]):.9g} (bound {float(truth.bounds[r]):.3g}); the gradient must be computed on "
@@ -153,7 +156,7 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     sampled = tensor_from_bytes(payloads[1], "float32", [len(truth.rows), cols]).double() * to_rows
     tol = task.training.gradient_tolerance
     if not bool(torch.isfinite(sampled).all()):
-        return GradientResult(False, "the gradient has NaN/Inf values")
+        return GradientResult(passed=False, message="the gradient has NaN/Inf values")
     error = (sampled - truth.sampled).abs()
     excess = error - (tol.atol + tol.rtol * truth.magnitudes)
     relative = float((error / truth.magnitudes.clamp_min(1e-300)).max()) if error.numel() else 0.0
@@ -161,16 +164,17 @@ def check_gradient(task: Task, shape: tuple[int, ...], truth: GradientTruth, rep
     if error.numel() and bool((excess > 0).any()):
         flat = int(excess.argmax())
         r, c = divmod(flat, cols)
-        return GradientResult(False, (
+        return GradientResult(passed=False, message=(
             f"the gradient (in per-row units, batch * grad / scale) at row {truth.rows[r]}, column {c}: expected "
             f"{float(truth.sampled[r, c]):.9g}, got {float(sampled[r, c]):.9g}, error {float(error[r, c]):.3g} exceeds "
-            f"atol {tol.atol:g} + rtol {tol.rtol:g} * {float(truth.magnitudes[r, c]):.3g}"), worst, relative)
-    return GradientResult(True, None, worst, relative)
+            f"atol {tol.atol:g} + rtol {tol.rtol:g} * {float(truth.magnitudes[r, c]):.3g}"), max_abs_error=worst,
+                              max_rel_error=relative)
+    return GradientResult(passed=True, message=None, max_abs_error=worst, max_rel_error=relative)
 
 
 @dataclass
 class TrainingExecution(Execution):
-    """`Execution` whose calls are training steps; phases and verdicts as in sandbox/execute.py."""
+    """`Execution` whose calls are training steps; phases and verdicts as in sandbox/execution/phases.py."""
 
     forward_only: bool = False
     """Set while the forward alone is timed (after the step)."""
@@ -180,15 +184,13 @@ class TrainingExecution(Execution):
 
     def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> CallTruth:
         """fp64 loss truth, input fingerprints and (unless the forward alone is timed) the gradient's truth."""
-        from sandbox.compare import fingerprint
-
         inputs = self.task.make_inputs(shape, distribution, seed, torch.device(self.device))
         loss = self.task.ground_truth(inputs).cpu()
         prints = fingerprint(inputs)
         grad = None if self.forward_only else gradient_truth(self.task, inputs, seed)
         del inputs
         self.truth_checks += 1
-        return CallTruth(loss, prints, grad)
+        return CallTruth(output=loss, prints=prints, gradient=grad)
 
     def check_grad(self, truth: GradientTruth, shape: tuple[int, ...], step: str, call: int = 0) -> GradientResult:
         """Ask for the gradient step `call` of the last trial or batch left (weights and rows only now); check it."""
@@ -308,100 +310,8 @@ class TrainingExecution(Execution):
         self.peak_memory = max(self.peak_memory or 0, batch_peak - kept)
 
 
-# --- baselines (trusted subprocess: python -m sandbox.baseline) ---------------------------------------------
-
-def _liger_loss(task: Task) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
-    """Liger-Kernel's fused loss for this task with the task's semantics, or None where it is not installed.
-
-    kl_div: LigerKLDIVLoss(reduction="batchmean") takes log-probabilities, like F.kl_div, so the step is
-    liger(log(predictions), targets) (the log and its backward are part of what a user of it pays).
-    cross_entropy: LigerCrossEntropyLoss() with its defaults (mean, ignore_index -100) is F.cross_entropy.
-    Note: Liger's cross entropy writes the gradient into the logits' memory during the forward.
-    """
-    try:
-        from liger_kernel.transformers import LigerCrossEntropyLoss, LigerKLDIVLoss
-    except Exception:  # noqa: BLE001 - not installed (or broken): the row is skipped and says so
-        return None
-    from reference import TaskId
-
-    if task.training.forward_task == TaskId.KL_DIV:
-        kl = LigerKLDIVLoss(reduction="batchmean", log_target=False)
-        return lambda p, t: kl(torch.log(p), t)
-    ce = LigerCrossEntropyLoss()
-    return lambda x, y: ce(x, y)
-
-
-def _agrees(task: Task, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> str | None:
-    """None when fn's loss and gradient match fp64 truth within the task's tolerances, else why not."""
-    from reference.training import full_gradient
-
-    leaf = inputs[0].detach().clone().requires_grad_(True)
-    rest = [t.clone() for t in inputs[1:]]
-    truth_loss = float(task.ground_truth(inputs))
-    truth_grad = full_gradient(task, inputs) * inputs[0].shape[0]
-    loss = fn(leaf, *rest)
-    loss.backward()
-    got = compare(loss.detach().cpu().reshape(()), torch.tensor(truth_loss, dtype=torch.float64),
-                  task.tolerance.atol, task.tolerance.rtol)
-    if not got.passed:
-        return f"loss: {got.message}"
-    tol = task.training.gradient_tolerance
-    rows = inputs[0].shape[0]
-    magnitude = task.training.gradient_magnitude(inputs, 0, rows, truth_grad)
-    error = (leaf.grad.double() * rows - truth_grad).abs()
-    bad = error > tol.atol + tol.rtol * magnitude
-    return None if not bool(bad.any()) else (f"gradient: {int(bad.sum())} elements outside the tolerance, worst error "
-                                             f"{float(error.max()):.3g} (per-row units)")
-
-
-def measure_baselines(task: Task, device: torch.device, shape: tuple[int, ...], names: tuple[str, ...],
-                      config: Any) -> dict:
-    """Eager and torch.compile of the step (and of the forward alone), plus Liger's fused loss where it fits."""
-    from sandbox import baseline, timing
-
-    inputs = task.make_inputs(shape, task.distributions[0], 1234, device)
-    leaf = inputs[task.training.grad_input].detach().clone().requires_grad_(True)
-    args = [leaf, *inputs[1:]]
-    model = task.model_cls().to(device)
-    clock = timing.DeviceClock(device)
-    clock.calibrate()
-    result: dict = {"baselines": {}, "forward_baselines": {}, "skipped": {},
-                    "bandwidth_bytes_per_s": baseline.measure_bandwidth(device)}
-
-    def timed(fn: Callable[[], object]) -> tuple[dict, int | None]:
-        est = timing.time_calls(clock, fn, reps=3, warmup=2)
-        reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps,
-                                        config.max_reps)
-        base = None
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-            base = torch.cuda.memory_allocated(device)
-        times = timing.time_calls(clock, fn, reps=reps, warmup=warmup)
-        peak = torch.cuda.max_memory_allocated(device) - base if base is not None else None
-        return timing.summarize(times.times_ms), peak
-
-    def step_of(fn: Callable[..., torch.Tensor]) -> Callable[[], object]:
-        def step() -> object:
-            leaf.grad = None
-            loss = fn(*args)
-            loss.backward()
-            return loss
-        return step
-
-    for name in names:
-        fn = torch.compile(model) if name == "compile" else model
-        result["baselines"][name], peak = timed(step_of(fn))
-        if name == "eager" and peak is not None:
-            result["reference_peak_memory_bytes"] = peak
-        result["forward_baselines"][name], _ = timed(lambda fn=fn: fn(*args))
-    liger = _liger_loss(task) if device.type == "cuda" else None
-    if liger is None:
-        result["skipped"]["liger"] = ("Liger-Kernel is not installed" if device.type == "cuda"
-                                      else "Liger-Kernel runs on CUDA only")
-    else:
-        why = _agrees(task, liger, task.make_inputs(shape, "planted", 4321, device))
-        if why:
-            result["skipped"]["liger"] = f"disagrees with the fp64 truth: {why}"
-        else:
-            result["baselines"]["liger"], result["liger_peak_memory_bytes"] = timed(step_of(liger))
-    return result
+def execution_class(task: Task) -> type[Execution]:
+    """The one place the kind of a task's execution is chosen: a training task's step (forward and backward,
+    its gradient checked too) or a forward. `execute` and a pre-started child's calibration both use it, so a
+    spare is calibrated as its candidate will be run."""
+    return TrainingExecution if task.training is not None else Execution

@@ -1,17 +1,17 @@
 """Advice on a CUDA candidate's build time, for the verdict (`details.build_advice`).
 
 Why: a fresh build's time is set by one thing the candidate chooses, how much of torch its `.cu` needs. The
-judge compiles a `.cu` against slim torch headers first (sandbox/slim_headers.py: 15-18 s for a typical
+judge compiles a `.cu` against slim torch headers first (sandbox/build/slim_headers.py: 15-18 s for a typical
 candidate on the 2-core development machine); a `.cu` that needs more (tensor arithmetic or indexing on
 `torch::Tensor`, autograd, pybind11) is built against torch's full headers, ~290k lines that nvcc's three
 front ends take 60-65 s over. A model refining its kernel, or a person, can only fix what it is told, so the
 verdict says which case this was and what to change.
 
-The build child says which case it was, one `[judge]` line per extension (sandbox/build_hooks.py); those
+The build child says which case it was, one `[judge]` line per extension (sandbox/build/hooks.py); those
 lines are read from the build log here. The child is untrusted, so the advice is only ever text for the
 candidate's own verdict, never an input to a decision.
 
-A first build on a host also builds the shared precompiled headers (sandbox/build_accel.py) before its own
+A first build on a host also builds the shared precompiled headers (sandbox/build/accel.py) before its own
 compile starts: `pch_note` says so, with the seconds it took, so that a slow first build is not read as slow code.
 """
 
@@ -63,7 +63,7 @@ PCH_NOTE_MIN_S = 0.5
 
 def pch_note(building_s: float, build_seconds: float) -> str | None:
     """Why a build took longer than the next one will: it first built the host's shared precompiled headers
-    (sandbox/build_accel.py), or waited for another build doing so. None when they were ready."""
+    (sandbox/build/accel.py), or waited for another build doing so. None when they were ready."""
     if building_s < PCH_NOTE_MIN_S:
         return None
     return (f"This build also built the shared precompiled headers (the first build on this host, or the first "

@@ -1,6 +1,6 @@
 """The training variants inside the isolated child: forward + backward, and the gradient handed back as bytes.
 
-Untrusted process, same THREAT MODEL as sandbox/child.py (read it first): nothing here decides a verdict.
+Untrusted process, same THREAT MODEL as sandbox/child/harness.py (read it first): nothing here decides a verdict.
 `TrainingChild` extends `Child` for tasks with `task.training` set:
 
 - a step is `loss = ModelNew(predictions, targets)` with `predictions.requires_grad`, then
@@ -13,14 +13,15 @@ Untrusted process, same THREAT MODEL as sandbox/child.py (read it first): nothin
   batch, so the allocator cannot hand their memory to an honest new gradient: an overlap is a recycled tensor);
 - after the batch, and only then, the parent sends `grad_check` for each step with a fresh weight seed and row
   sample: the child returns every row of that gradient projected on those weights (fp64) and the sampled
-  rows' raw fp32 bytes. The parent compares both with its own fp64 truth (sandbox/training.py);
+  rows' raw fp32 bytes. The parent compares both with its own fp64 truth (sandbox/execution/training.py);
 - the trial records the evidence of candidate-built code in the backward alone (the profiler and
   `sys.setprofile`, as the forward does) and whether the loss's graph holds a custom autograd.Function;
 - the operators this module runs outside a step (projection, row gather) are recorded before the import
   and their dispatcher tables watched (`harness_operators(also=...)`), and this module is watched by
   `Integrity` like the rest of the harness;
 - a gradient finished after the batch's last event (the gradient pass deferred to an allocator callback, or left
-  on a stream nobody waited for) is caught by digests of sampled rows kept inside the window (sandbox/window.py),
+  on a stream nobody waited for) is caught by digests of sampled rows kept inside the window
+  (sandbox/execution/window.py),
   which `grad_check` computes again on the gradient it reports.
 """
 
@@ -36,24 +37,11 @@ from reference.task import generator, row_chunks
 from reference.training import grad_output_scale
 from sandbox import compare as _compare
 from sandbox import protocol as _protocol
-from sandbox import timing as _timing
-from sandbox import window as _window
+from sandbox.child import harness as _child
+from sandbox.execution import timing as _timing
+from sandbox.execution import window as _window
 
 
-def _running_child_module() -> types.ModuleType:
-    """The harness module that serves this process. `python -m sandbox.child` runs it as `__main__`; importing
-    `sandbox.child` again would make a second copy (another OutputRejected class, which its serve loop would
-    not catch, and objects Integrity does not watch). Elsewhere (the parent, tests) the ordinary module."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name == "sandbox.child":
-        return main
-    from sandbox import child
-
-    return child
-
-
-_child = _running_child_module()
 
 _autograd_backward = torch.autograd.backward
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
@@ -218,7 +206,7 @@ class TrainingChild(_child.Child):
         return {"estimate_ms": sorted(times.times_ms)[1]}
 
     # A timed batch of steps (or of forwards alone): `arm` makes each step's inputs and incoming gradient,
-    # `go` runs the steps back to back (sandbox/timing.py, `time_batch`) and keeps every step's gradient,
+    # `go` runs the steps back to back (sandbox/execution/timing.py, `time_batch`) and keeps every step's gradient,
     # `grad_check` reports one of them (the parent asks for each in turn), `inspect` fingerprints the inputs.
     def arm(self, cmd: _protocol.Arm) -> dict[str, Any]:
         if cmd.null:
