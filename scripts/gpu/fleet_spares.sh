@@ -8,6 +8,7 @@
 #   source scripts/gpu/device_env.sh && bash scripts/gpu/fleet_spares.sh OUT
 #   (or as a stage: bash scripts/gpu/gpu_session.sh start fleet, then collect)
 #
+# FLEET_REPLICAS: extra copies of each honest file in the batch (default 1, as the multi stage).
 # FLEET_RUNS picks and orders the runs (default "one spares3 spares6 two"; "two": one worker with both GPUs); "fifo" adds two workers with 3 spares and
 # the plain fair order (JUDGE_CLAIM_WINDOW=0), the claim order's own contrast. The build cache is filled once first
 # (--mode compile-only: candidates compiled, not run), so the measured runs are not fed by cold compiles. Each run
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$out"
 source scripts/gpu/postgres_env.sh > "$out/postgres.log" 2>&1 || { cat "$out/postgres.log" >&2; exit 1; }
 runs=" ${FLEET_RUNS:-one spares3 spares6 two} "
-batch=(--replicas 1 --exclude hang.py --warm --database-url "$JUDGE_PG_URL" --fresh-db --timeout 480)
+batch=(--replicas "${FLEET_REPLICAS:-1}" --exclude hang.py --warm --database-url "$JUDGE_PG_URL" --fresh-db --timeout 480)
 bench() { python3 scripts/bench/bench_multi_device.py run "$@"; }
 [ -e "$out/build/run.json" ] || bench --devices cuda:0,cuda:1 --mode compile-only "${batch[@]}" --out "$out/build"
 done_runs=()

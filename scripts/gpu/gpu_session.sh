@@ -27,6 +27,7 @@
 # then, here: scripts/bench/bench_multi_device.py compare on the three run folders.
 # fleet (issue 30, a two-GPU kind): scripts/gpu/fleet_spares.sh: one GPU, then two workers with a GPU each on one
 # PostgreSQL started on the host from the carried .debs (scripts/gpu/postgres_env.sh), 3 spares per GPU against 6.
+# profiles (issue 28): scripts/gpu/profile_capture.py --honest, each honest forward kernel under ncu in its sandbox.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
@@ -143,6 +144,8 @@ run_stages() {
                     --devices cuda:0,cuda:1 "${batch[@]}" --timeout 480 --out "$out/multi-two"
                 [[ $runs == *" two-workers "* ]] && stage multi-two-workers python3 scripts/bench/bench_multi_device.py run \
                     --devices cuda:0,cuda:1 --workers 2 "${batch[@]}" --timeout 480 --out "$out/multi-two-workers" ;;
+            profiles)  # issue 28: every honest forward kernel of the corpus under the judge's profiler (ncu)
+                stage profiles python3 scripts/gpu/profile_capture.py --honest --out "$out/profiles" ;;
             device-baselines)  # the trusted baseline process on every visible GPU: the cards must agree (issue 13's
                                # two-GPU run found cuda:1's measured on cuda:0's stream)
                 stage device-baselines python3 scripts/gpu/check_device_baselines.py ;;
