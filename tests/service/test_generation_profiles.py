@@ -41,7 +41,7 @@ def test_next_turn_carries_the_profile_text(client, auth, db):
         _add_feedback(judge, [wrong, right, plain], config)
     told = wrong.messages[-1]["content"]
     assert told.startswith("The judge rejected your kernel: incorrect.")
-    assert "Nsight Compute profile (ncu 2025.3.1.0)" in told and "1. kl_fast_kernel(" in told
+    assert "Nsight Compute profile (ncu 2025.3.1.0)" in told and "1. <unnamed>::kl_fast_kernel(" in told
     assert told.index("Nsight Compute profile") < told.index("Fix the problem")
     faster = right.messages[-1]["content"]
     assert faster.startswith("The judge accepted your kernel: correct.") and "top stalls: long_scoreboard" in faster

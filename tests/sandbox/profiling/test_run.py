@@ -63,7 +63,7 @@ def test_built_candidate_is_profiled_in_its_sandbox(judge_config, standin_ncu):
     profile = profile_candidate(prepared, "cpu", config=judge_config, ncu=standin_ncu, calls=2)
     assert profile.status == "ok", profile.reason
     assert profile.ncu_version == "2025.3.1.0" and profile.calls == 2
-    assert [k.name.split("(")[0] for k in profile.kernels] == ["kl_fast_kernel"]
+    assert [k.name.split("(")[0] for k in profile.kernels] == ["<unnamed>::kl_fast_kernel"]
     assert profile.launches == 3
     assert not [p for p in os.listdir(prepared.build_dir) if p.startswith("ncu-profile-")]  # the log is removed
 
