@@ -102,6 +102,7 @@ def main() -> int:
     print(f"built {len(files)} candidates in {time.monotonic() - t0:.0f} s", flush=True)
 
     rows, verdicts, repeat_lines = [], {}, []
+    repeats: dict[str, dict[str, list[float]]] = {}  # per file: medians and held seconds, for scripts/gpu/ab_summary.py
     env = describe(args.device, "see verdicts")
 
     def write_report() -> None:
@@ -120,6 +121,7 @@ def main() -> int:
         ]
         (args.out / "gpu_acceptance.md").write_text("\n".join(text) + "\n")
         (args.out / "verdicts.json").write_text(json.dumps(verdicts, indent=1))
+        (args.out / "repeats.json").write_text(json.dumps(repeats, indent=1))
 
     pool = WarmPool([args.device], config, spares=3) if args.warm else None  # as the worker (GPU_SPARES)
 
@@ -143,7 +145,7 @@ def main() -> int:
             continue
         path = matches[0]
         speedups: dict[str, list[float]] = {}
-        medians, held = [], []
+        medians, held, starts = [], [], []
         for _ in range(args.repeat):
             v = judge(prepared[path], replace(config, check_extra_shapes=False))
             if v.performance is None:
@@ -151,6 +153,8 @@ def main() -> int:
                 break
             medians.append(v.performance.candidate.median_ms)
             held.append(v.details.get("cost", {}).get("device_held_s") or float("nan"))
+            starts.append(v.stages.get("start", float("nan")))
+            repeats[name] = {"median_ms": medians, "held_s": held, "start_s": starts}
             for k, s in v.performance.speedups.items():
                 speedups.setdefault(k, []).append(s)
         if medians:
