@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     poll_s: float = 0.5
     """How often an idle worker looks for queued jobs. A new submission or batch wakes it at once
     (service/queue/wakeup.py); the poll catches what no wake-up announces (retries coming due) and lost ones."""
+    profile_unclaimed_after_s: float = Field(default=60.0, ge=0)
+    """A pending profile of a judged submission that no worker has taken this long after its verdict (its worker
+    stopped in between, or it was asked for after the verdict) is taken up by an idle worker
+    (service/profiles/recovery.py). The judging worker takes it milliseconds after the verdict."""
     claim_window: int = Field(default=32, ge=0)
     """How far a claim may reorder the queue (service.queue.order): it takes the job with the longest expected
     device time among the first `claim_window` places of the fair order, so long jobs start first and short ones

@@ -281,3 +281,8 @@ class ProfileRow(Base):
     """sandbox.profiling.report.Profile, `model_dump(mode="json")`."""
     text: Mapped[str | None] = mapped_column(Text)
     """The profile rendered for a prompt (sandbox.profiling.render), what `generate` feeds back."""
+    lease_until: Mapped[dt.datetime | None]
+    """While a worker profiles it: until when that worker has it (migration 0010, service/profiles/recovery.py).
+    A pending profile whose lease ran out is taken up by another worker."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """How many times a worker took it; after `recovery.ATTEMPTS` it is given up as `unavailable`."""

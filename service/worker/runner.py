@@ -41,13 +41,14 @@ import time
 from dataclasses import dataclass, field
 
 from reference import TaskId
-from sandbox import PreparedCandidate, Status, Verdict
+from sandbox import PreparedCandidate, Verdict
 from sandbox.profiling.report import Profile
 from service.core.config import Settings
 from service.db.models import utcnow
 from service.db.session import Database
 from service.observability.logs import job_context
 from service.observability.stats import WorkerStats
+from service.profiles import recovery as profile_recovery
 from service.profiles import store as profile_store
 from service.queue import claims as q
 from service.queue import lengths, wakeup
@@ -73,8 +74,10 @@ FAULT_PAUSE_ENV = "JUDGE_FAULT_PAUSE_AT"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 TASK_IDS = tuple(t.value for t in TaskId)
-PROFILED = frozenset({Status.CORRECT, Status.INCORRECT})
-"""Verdicts whose candidate ran its forward calls to the end: the ones with kernels worth profiling."""
+PROFILED = profile_recovery.PROFILED
+PROFILE_RECOVERY_EVERY_S = 5.0
+"""How often an idle worker looks for profiles other workers left pending: a query over pending profiles, which
+are few; more often gains nothing against `profile_unclaimed_after_s`."""
 
 
 def _noted(_signum: int, _frame: object) -> None:
@@ -112,8 +115,10 @@ class Worker:
         self.compile_slots = max(1, settings.compile_workers)
         self.held: dict[str, _Held] = {}
         self.lock = threading.Lock()
-        self.to_compile: queue.Queue[q.Claim] = queue.Queue()
-        self.compiled: queue.Queue[tuple[q.Claim, PreparedCandidate]] = queue.Queue()
+        self.to_compile: queue.Queue[q.Claim | profile_recovery.Orphan] = queue.Queue()
+        self.compiled: queue.Queue[tuple[q.Claim | profile_recovery.Orphan, PreparedCandidate]] = queue.Queue()
+        """Both carry claimed jobs, and profiles taken up from other workers (`_take_up_profile`)."""
+        self.next_profile_look = 0.0
         self.compiling = 0
         self.stopping = threading.Event()
         self.stopped = threading.Event()
@@ -178,6 +183,8 @@ class Worker:
                 db_down, claimed = True, []
             for c in claimed:
                 self._start(c)
+            if not claimed and want and not db_down:
+                self._take_up_profile()
             if not claimed:
                 log.debug("idle: next claim on a wake-up or in %.1f s", self.settings.poll_s)
             self.wake.wait(self.settings.poll_s if not claimed or not want else 0.05)
@@ -297,6 +304,9 @@ class Worker:
     def _compile_loop(self) -> None:
         while True:
             claim = self.to_compile.get()
+            if isinstance(claim, profile_recovery.Orphan):
+                self._prepare_orphan(claim)
+                continue
             try:
                 with job_context(job_id=claim.job_id, submission_id=claim.submission_id):
                     self._compile(claim)
@@ -334,6 +344,9 @@ class Worker:
     def _execute_loop(self, device: str) -> None:
         while True:
             claim, prepared = self.compiled.get()
+            if isinstance(claim, profile_recovery.Orphan):
+                self._profile_orphan(claim, prepared, device)
+                continue
             try:
                 with job_context(job_id=claim.job_id, submission_id=claim.submission_id):
                     self._execute(claim, prepared, device)
@@ -371,11 +384,11 @@ class Worker:
         the device is still this executor's alone, no ranked time is being taken, and the profile's device time
         is counted as its own stage, not as judging (`device_busy`). A candidate that did not run (it failed
         before its first forward call) has no kernels to profile."""
-        if self.stopping.is_set():  # shutting down: the profile stays pending rather than hold up the stop
+        if self.stopping.is_set():  # shutting down: the profile stays pending (another worker takes it up)
             return
         try:
-            with self.db.transaction(read_only=True) as session:
-                if not profile_store.is_pending(session, claim.submission_id):
+            with self.db.transaction() as session:
+                if not profile_recovery.take(session, claim.submission_id, self.worker_id):
                     return
             if verdict.status in PROFILED:
                 result = self.judge.profile(prepared, self.sandbox_devices[device])
@@ -446,6 +459,73 @@ class Worker:
                         f"timing (verdict: {verdict.status.value})"), self.worker_id)
         except Exception:  # the verdict stands; the profile stays pending
             log.exception("job %s: recording that no profile was taken failed", claim.job_id)
+
+    # --- profiles other workers left pending (service/profiles/recovery.py) ------------------------------------
+
+    def _take_up_profile(self) -> None:
+        """When idle: take one profile another worker left pending and send it through the compile pool and an
+        executor like a job, so it waits for a device as jobs do and never beside a timed candidate."""
+        if self.stopping.is_set() or time.monotonic() < self.next_profile_look:
+            return
+        self.next_profile_look = time.monotonic() + PROFILE_RECOVERY_EVERY_S
+        try:
+            with self.db.transaction() as session:
+                orphan = profile_recovery.take_orphan(
+                    session, self.worker_id, unclaimed_after_s=self.settings.profile_unclaimed_after_s)
+        except Exception:  # the queue's work comes first; the next look tries again
+            log.exception("looking for profiles left pending failed")
+            return
+        if orphan is None:
+            return
+        log.info("submission %s: taking up its pending profile", orphan.submission_id)
+        with self.lock:
+            self.compiling += 1
+        self.to_compile.put(orphan)
+
+    def _prepare_orphan(self, orphan: profile_recovery.Orphan) -> None:
+        try:
+            if self.stopping.is_set():
+                self._give_back_profile(orphan)
+                return
+            result = self.judge.prepare(orphan.task_id, orphan.source, target=self.target)
+            if isinstance(result, Verdict):  # it built when it was judged: the build environment changed since
+                self._record_profile(orphan.submission_id, Profile(
+                    status="failed", reason=f"not profiled: building it again gave {result.status.value}: "
+                    f"{result.diagnosis[:300]}"))
+            else:
+                self.compiled.put((orphan, result))
+        except Exception:  # a bug of ours: its lease runs out and the profile is taken up again (ATTEMPTS bound it)
+            log.exception("submission %s: building for its profile failed", orphan.submission_id)
+        finally:
+            with self.lock:
+                self.compiling -= 1
+            self.wake.set()
+
+    def _profile_orphan(self, orphan: profile_recovery.Orphan, prepared: PreparedCandidate, device: str) -> None:
+        try:
+            if self.stopping.is_set():
+                self._give_back_profile(orphan)
+                return
+            result = self.judge.profile(prepared, self.sandbox_devices[device])
+            self.stats.observe("profile", result.gpu_seconds)
+            self._record_profile(orphan.submission_id, result)
+            log.info("submission %s: profile %s (%.1f s on %s), taken up from another worker",
+                     orphan.submission_id, result.status, result.gpu_seconds, device)
+        except Exception:  # as in _prepare_orphan
+            log.exception("submission %s: profiling failed", orphan.submission_id)
+        finally:
+            self.wake.set()
+
+    def _give_back_profile(self, orphan: profile_recovery.Orphan) -> None:
+        try:
+            with self.db.transaction() as session:
+                profile_recovery.give_back(session, orphan.submission_id, self.worker_id)
+        except Exception:  # its lease runs out instead
+            log.exception("submission %s: giving its profile back failed", orphan.submission_id)
+
+    def _record_profile(self, submission_id: str, profile: Profile) -> None:
+        with self.db.transaction() as session:
+            profile_store.record(session, submission_id, profile, self.worker_id)
 
     def _release(self, claim: q.Claim) -> None:
         try:
@@ -542,7 +622,10 @@ class Worker:
                     claim, _ = self.compiled.get_nowait()
                 except queue.Empty:
                     break
-                self._release(claim)
+                if isinstance(claim, profile_recovery.Orphan):
+                    self._give_back_profile(claim)
+                else:
+                    self._release(claim)
             with self.lock:
                 if not self.held:
                     break
