@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,10 +30,46 @@ SLOW_FIXTURES = frozenset({
 })
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+PROCESS_FIXTURES = frozenset({"spawn", "live_api"})
+"""Fixtures that start real API and worker processes: tests using them run on ONE of the two databases (below)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    _one_database_per_process_test(config, items)
+
+
+def _one_database_per_process_test(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that starts real API and worker processes runs on one database, not both: SQLite for half of them
+    and PostgreSQL for the other half, chosen by a stable hash of the test's name.
+
+    Why: these tests check the processes' pipeline (claims, signals, leases, pages served by a live API), and they
+    are the suite's most expensive (a worker, an API, sandboxed children: 20-60 s each on a 2-core machine). What
+    differs between the two back ends (locking, SKIP LOCKED, LISTEN/NOTIFY, dialect SQL) is tested on both by the
+    `db_url` tests that call the same code in-process, and the split keeps real processes running on each. A test
+    whose point is the two back ends under real processes says so with `@pytest.mark.both_databases`; one pinned
+    to a back end with `parametrize("db_url", [...], indirect=True)` keeps its pin."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("db_url") if callspec is not None else None
+        if (backend is None or not PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or item.get_closest_marker("both_databases") is not None):
+            kept.append(item)
+            continue
+        base = item.nodeid.split("[", 1)[0]
+        chosen = ("sqlite", "postgresql")[zlib.crc32(base.encode()) % 2]
+        (kept if backend == chosen or _pinned(item) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def _pinned(item: pytest.Item) -> bool:
+    """Parametrised over one back end only (`parametrize("db_url", ["postgresql"], indirect=True)`)."""
+    return any(m.args and m.args[0] == "db_url" and len(m.args[1]) == 1 for m in item.iter_markers("parametrize"))
 
 
 def _psycopg_dsn(url: str) -> str:

@@ -24,6 +24,8 @@ from tests.service.conftest import CORRECT_KL_DIV, Proc, free_port, new_key, wai
 
 SOURCE = CORRECT_KL_DIV.read_text()
 
+pytestmark = pytest.mark.both_databases  # two API processes racing for one limit: each back end's locking
+
 
 @pytest.fixture
 def two_apis(spawn: Callable[..., Proc]) -> Callable[..., list[str]]:

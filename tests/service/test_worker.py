@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 from sqlalchemy import func, select
 
 from sandbox.verdict import Status
@@ -127,6 +128,7 @@ def test_a_job_that_kills_two_workers_gets_a_final_verdict(db, spawn):
     assert last.terminate() == 0
 
 
+@pytest.mark.both_databases  # the race for claims is the back ends' locking, under real processes
 def test_two_workers_race_for_200_jobs_none_lost_or_doubled(db, spawn):
     env = {"JUDGE_MODE": "compile-only", "JUDGE_COMPILE_WORKERS": "2"}
     workers = [spawn("worker", **env) for _ in range(2)]
