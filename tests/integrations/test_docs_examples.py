@@ -1,11 +1,13 @@
 """docs/integrations.md's examples, run as written against a real service and worker, with the judge in
 JUDGE_URL / JUDGE_API_KEY as the page says: a wrong name or argument in the page fails here.
 
-Only what needs the outside world is changed: TRL's model id becomes a tiny model saved here, and the
-training call is left out (a real GRPO step is `test_trl.py`'s); veRL is not installed, so its command line
-is read the way veRL reads it (`custom_reward_function.path`/`name`/`reward_kwargs`, loaded as
-`verl/trainer/ppo/reward.py::get_custom_reward_fn` does: `spec_from_file_location("custom_module", path)`,
-the keywords merged into every call); OpenEnv's `policy` always answers with a correct kernel.
+Only what needs the outside world is changed: TRL's model id becomes a tiny model saved here, its config
+runs on the CPU, and the training call is left out (a real GRPO step is `test_trl.py`'s). veRL is not
+installed, so its command line is read the way veRL reads it (`custom_reward_function.path`, `name` and
+`reward_kwargs`, loaded as `verl/trainer/ppo/reward.py::get_custom_reward_fn` does, with
+`spec_from_file_location("custom_module", path)` and the keywords merged into every call). OpenEnv's
+`policy` is a script. The candidates need no build (a hack, prose): the correct kernel through each adapter
+is judged in that adapter's own tests.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from service.integrations.trl import KernelReward
 from service.integrations.verifiers import KernelTaskset
-from tests.integrations.conftest import COMPLETION_OF_CORRECT, HACK, ROOT, doc_block
+from tests.integrations.conftest import HACK, PROSE, ROOT, doc_block
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the first judged kernel is built: minutes under load
 
@@ -45,6 +47,8 @@ def test_the_trl_example_builds_a_trainer(judge_env, tmp_path, monkeypatch):
     code = doc_block("TRL (`GRPOTrainer`, RLOO)", "python")
     assert code.count("Qwen/Qwen2.5-Coder-7B-Instruct") == 1 and code.rstrip().endswith("trainer.train()")
     code = code.replace("Qwen/Qwen2.5-Coder-7B-Instruct", str(tmp_path / "m")).rstrip()[:-len("trainer.train()")]
+    assert code.count('GRPOConfig(output_dir="out", ') == 1  # bf16 by default: a GPU's; this machine has a CPU
+    code = code.replace('GRPOConfig(output_dir="out", ', 'GRPOConfig(output_dir="out", use_cpu=True, bf16=False, ')
     monkeypatch.chdir(tmp_path)
     scope = {"prompt": "write a kernel"}
     exec(compile(code, "docs/integrations.md", "exec"), scope)
@@ -88,12 +92,13 @@ def test_the_verl_command_line_loads_and_scores(judge_env, monkeypatch):
     def fn(*args, **kwargs):  # veRL's _call_with_kwargs: reward_kwargs win over the call's own
         return module.compute_score(*args, **{**kwargs, **config["reward_kwargs"]})
 
-    # the three ways the page's comment gives a row's task
-    scores = [fn(data_source="kernel_judge/kl_div", solution_str=COMPLETION_OF_CORRECT, ground_truth=None),
+    # the three ways the page's comment gives a row's task (a hack: judged at once, before any build; the
+    # correct kernel through each veRL manager is test_verl.py's)
+    scores = [fn(data_source="kernel_judge/kl_div", solution_str=HACK, ground_truth=None),
               fn(data_source="kernelbench", solution_str=HACK, ground_truth="kl_div"),
               fn(data_source="kernelbench", solution_str=HACK, ground_truth=None, extra_info={"task": "kl_div"})]
-    assert scores[0]["status"] == "correct" and scores[0]["infra_failure"] == 0.0
-    assert [s["score"] for s in scores[1:]] == [-1.0, -1.0]
+    assert [s["score"] for s in scores] == [-1.0] * 3 and {s["status"] for s in scores} == {"policy_violation"}
+    assert [s["infra_failure"] for s in scores] == [0.0] * 3
 
 
 def test_the_verifiers_example_loads_the_taskset(judge_env):
@@ -109,16 +114,16 @@ def test_the_verifiers_example_loads_the_taskset(judge_env):
 def test_the_openenv_example_runs_an_episode(judge_env):
     asked = []
 
-    def policy(text: str) -> str:
+    def policy(text: str) -> str:  # no code (the episode goes on), then a hack (it ends): nothing to build
         asked.append(text)
-        return COMPLETION_OF_CORRECT
+        return PROSE if len(asked) == 1 else HACK
 
     scope = {"policy": policy}
     exec(compile(doc_block("OpenEnv", "python"), "docs/integrations.md", "exec"), scope)
     obs = scope["obs"]
-    assert obs.done and obs.status == "correct" and obs.turn == 1 and obs.reward > 0.4
-    assert len(asked) == 1 and "ModelNew" in asked[0]  # the first turn is the task's prompt
-    # the page's async form of the same step
+    assert obs.done and obs.status == "policy_violation" and obs.turn == 2 and obs.reward == -1.0
+    assert "ModelNew" in asked[0] and asked[1] and asked[1] != asked[0]  # the prompt, then the judge's feedback
+    # the page's async form of the step
     env, action = scope["env"], scope["KernelAction"]
     env.reset()
-    assert asyncio.run(env.step_async(action(code=COMPLETION_OF_CORRECT))).status == "correct"
+    assert asyncio.run(env.step_async(action(code=PROSE))).status == "compile_error"
