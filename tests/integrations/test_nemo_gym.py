@@ -1,6 +1,7 @@
 """The NeMo Gym resources server: `POST /verify` as Gym's agent calls it, against a real service and worker
-(concurrent rollouts of one task share one reward request; the reward and the metrics' fields come back on
-the row), an outage filed the way Gym files a failed judge, and `init`'s environment folder.
+(concurrent rollouts of one task share one reward request, a group of `batch_size` goes at once; the reward
+and the metrics' fields come back on the row), an outage or an unjudged rollout filed the way Gym files a
+failed judge, and the environment folder that the page's commands write.
 
 NeMo Gym needs Python 3.13 and is not installed here; the contract is its own (NVIDIA-NeMo/Gym at
 07d6b0d07b22fcf530b4c211dae2ee23100428e4: `nemo_gym/base_resources_server.py` `BaseVerifyRequest`
@@ -17,6 +18,7 @@ import asyncio
 import json
 import runpy
 import shlex
+import time
 from pathlib import Path
 
 import httpx
@@ -165,3 +167,26 @@ def test_the_pages_commands_write_a_gym_environment_whose_rows_verify(judge, tmp
         verified = client.post("/verify", json=rows[8] | {"response": _response(PROSE).model_dump()}).json()
     assert verified["status"] == "compile_error" and verified["reward"] == 0.0
     assert verified["verifier_metadata"] == {"task": "cross_entropy"}
+
+
+@pytest.mark.slow
+def test_a_full_group_goes_at_once_and_unjudged_rollouts_are_the_judges_failures(idle_judge):
+    # No worker: the service answers at its deadline with every completion unfinished.
+    config = KernelJudgeConfig(judge_url=idle_judge.url, judge_api_key=idle_judge.key, deadline_s=0.2,
+                               batch_size=2, batch_window_s=30, reward={"unfinished": -0.1})
+    app = KernelJudgeResourcesServer(config=config).setup_webserver()
+
+    async def rollouts() -> list[dict]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gym") as gym:
+            answers = await asyncio.gather(*(gym.post("/verify", json=_row(f"{PROSE} {i}")) for i in range(4)))
+        return [a.raise_for_status().json() for a in answers]
+
+    with JudgeClient(idle_judge.url, idle_judge.key) as client:
+        before = {b.id for b in client.batches()}
+        started = time.monotonic()
+        rows = asyncio.run(rollouts())
+        created = [b for b in client.batches() if b.id not in before]
+    assert time.monotonic() - started < 20  # two full groups of two: sent at once, not after the 30 s window
+    assert sorted(b.total for b in created) == [2, 2]
+    # the caller asked for a number for unjudged completions: given, and flagged as the judge's failure
+    assert [(r["reward"], r["status"], r["infra_failure"]) for r in rows] == [(-0.1, "unfinished", True)] * 4
