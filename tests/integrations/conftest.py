@@ -1,10 +1,12 @@
 """Fixtures of the trainer-adapter tests: real judge services the adapters talk to over HTTP.
 
-`judge`: one API process and one worker for the module (SQLite: the adapters are HTTP clients, and both
-databases are covered by the service's own reward tests), judging on the CPU at the tasks' CPU size with
-the real sandbox and the session's shared build cache. `idle_judge`: an API process with no worker, so a
-reward call can only come back at its deadline. `dead_judge`: an API process whose database does not
-answer, so every reward call gets a 503 with Retry-After. All are real subprocesses, killed at the end.
+`judge`: one API process and one worker for the whole run, shared by every adapter's tests (SQLite: the
+adapters are HTTP clients, and both databases are covered by the service's own reward tests), judging on the
+CPU at the tasks' CPU size with the real sandbox and the run's shared build cache. Tests that count what they
+created (batches, submissions) count what is new since they started, so sharing it changes no assertion.
+`idle_judge` (also one for the run): an API process with no worker, so a reward call can only come back at
+its deadline. `dead_judge`: an API process whose database does not answer, so every reward call gets a 503
+with Retry-After. All are real subprocesses, killed at the end.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 from service import crud
 from service.db.migrate import upgrade
 from service.db.session import Database
-from tests.service.conftest import ADMIN_KEY, CORPUS, CORRECT_KL_DIV, Proc, free_port, wait_api, wait_for
+from tests.service.conftest import ADMIN_KEY, CORPUS, CORRECT_KL_DIV, ROOT, Proc, free_port, wait_api, wait_for
 
 CORRECT = CORRECT_KL_DIV.read_text()
 COMPLETION_OF_CORRECT = f"Here is my kernel.\n\n```python\n{CORRECT}```\nIt should be fast.\n"
@@ -47,10 +49,15 @@ class Judge:
 
 
 def _env(db_url: str, root: Path, **overrides: str) -> dict[str, str]:
+    # These tests prove that verdicts travel through the adapters, not how well kernels are timed (tests/sandbox
+    # does): a timing budget of 1 ms times a correct kernel min_reps (10) times instead of max_reps (100), its
+    # 45 s of timing on this loaded 2-core machine becoming ~5; and a pre-started judge child per worker takes
+    # the ~13 s start (an interpreter with torch) off each correct kernel's clock. Both are the judge's own
+    # settings, its cold path is covered in tests/service.
     return {**os.environ, "JUDGE_BUILD_ROOT": str(root / "builds"), "JUDGE_CACHE_ROOT": str(root / "cache"),
             "DATABASE_URL": db_url, "JUDGE_DEVICES": "cpu", "JUDGE_COMPILE_WORKERS": "1", "JUDGE_LEASE_S": "30",
-            "JUDGE_POLL_S": "0.05", "JUDGE_TIMING_BUDGET_MS": "100", "JUDGE_TRIALS_PER_DISTRIBUTION": "1",
-            "JUDGE_ADMIN_KEY": ADMIN_KEY, "JUDGE_LOG_LEVEL": "INFO", **overrides}
+            "JUDGE_POLL_S": "0.05", "JUDGE_TIMING_BUDGET_MS": "1", "JUDGE_TRIALS_PER_DISTRIBUTION": "1",
+            "JUDGE_WARM_SPARES": "1", "JUDGE_ADMIN_KEY": ADMIN_KEY, "JUDGE_LOG_LEVEL": "INFO", **overrides}
 
 
 def _api(db_url: str, root: Path, log_dir: Path, **overrides: str) -> tuple[Proc, str]:
@@ -71,7 +78,7 @@ def _database(path: Path) -> tuple[str, str]:
     return url, key
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
     tmp = tmp_path_factory.mktemp("judge")
     url, key = _database(tmp / "judge.db")
@@ -86,7 +93,7 @@ def judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             proc.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def idle_judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
     tmp = tmp_path_factory.mktemp("idle")
     url, key = _database(tmp / "idle.db")
@@ -115,3 +122,10 @@ def dead_judge(judge_root: Path, tmp_path: Path) -> Iterator[Judge]:
         yield Judge(base, "kj_unknown", [api])
     finally:
         api.close()
+
+
+def doc_block(section: str, language: str) -> str:
+    """The first `language` code block under `## {section}` in docs/integrations.md: the text a user copies."""
+    text = (ROOT / "docs" / "integrations.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return body.split(f"```{language}\n", 1)[1].split("```", 1)[0]
