@@ -55,6 +55,7 @@ from reference import get_task
 from sandbox.build import hooks as build_hooks
 from sandbox.child import audit as _audit
 from sandbox import compare as _compare
+from sandbox import languages as _languages
 from sandbox.build import no_build as _no_build
 from sandbox import protocol as _protocol
 from sandbox.execution import timing as _timing
@@ -372,12 +373,10 @@ class Child:
         return now
 
     def _declared_kernels(self) -> set[str]:
-        """__global__ functions and @triton.jit functions the candidate's source declares."""
+        """The kernels the candidate's source declares, in every language, as each names them on the device
+        (CUDA __global__, @triton.jit, @cute.kernel, @T.prim_func: sandbox/languages.py)."""
         with open(self.source_path, encoding="utf-8") as fh:
-            text = fh.read()
-        names = set(re.findall(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)", text))
-        names |= set(re.findall(r"@triton\.jit[^\n]*\n\s*def\s+(\w+)", text))
-        return names
+            return set(_languages.kernel_names(fh.read()))
 
     # Every reply carries what the parent needs to decide policy and tampering (the `go` reply excepted:
     # it is inside the parent's timing window, and the `inspect` right after it carries the checks).

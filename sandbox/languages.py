@@ -1,0 +1,106 @@
+"""The kernel languages this judge can judge, each named once: what must be installed, how its kernels are
+found in the candidate's source and recognised among the device kernels that ran, and where its JIT caches go.
+
+A language is judged on a host exactly when its package imports there (`available`): CUDA C++ through torch's
+extension builder always, Triton, CuTe DSL (`nvidia-cutlass-dsl`) and TileLang when installed (the
+`[languages]` extra; scripts/gpu/fetch_device_deps.sh carries them to the GPU hosts). A candidate importing one
+that is not installed gets its verdict from the static checks (sandbox/static_checks.py), before any build.
+
+The "runs code it built" rule (sandbox/child/harness.py `_evidence`) needs the candidate's own kernel among the
+kernels that ran. Each language names its kernels differently on the device:
+
+- CUDA C++: the `__global__` function's own name (inside the demangled signature).
+- Triton: the `@triton.jit` function's name.
+- CuTe DSL: `kernel_cutlass_<name>_<specialisation>` for a `@cute.kernel` function or method `<name>` (seen in
+  `cute.compile(...).kernel_info` for nvidia-cutlass-dsl 4.8.1).
+- TileLang: `<name>_kernel` for a `@T.prim_func` named `<name>` (the generated CUDA source's `__global__`).
+
+JIT compilation and its caches. torch's extension builder runs in the build stage and never in the execution
+child (sandbox/build/no_build.py). The JIT languages compile when the candidate asks them to, which for most
+candidates is in `forward`, with the shapes of the call:
+
+- TileLang compiles with nvcc (15.7 s for one kernel on the 2-core CPU machine, no GPU needed once a target
+  architecture is given) and keeps what it built in `TILELANG_CACHE_DIR`, here a folder of the candidate's
+  build directory, so a kernel compiled at import or in `__init__` (the build stage constructs ModelNew) is a
+  disk-cache hit in the execution child.
+- CuTe DSL compiles through MLIR in-process (0.5 s for one kernel on the CPU machine with `CUTE_DSL_ARCH`
+  set, no GPU needed); `cute.compile` keeps the result in memory only, per shape.
+- Triton compiles on its first launch into `TRITON_CACHE_DIR`, also in the build directory.
+
+A compile inside `forward` runs in the execution child on the candidate's first call, which is a correctness
+trial: before the estimate and before any timed call, never inside one, but while the device is held. Those
+seconds are in the verdict's `device_held_s`; the GPU run (scripts/gpu/gpu_check.sh on the language corpus
+files) measures them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class Language:
+    id: str
+    """What a client names it by (`kernel-judge prompt --language ID`)."""
+    name: str
+    """What people call it, in diagnoses."""
+    module: str | None
+    """The top-level package that must import for the language to be judged; None: always judged."""
+    declares: re.Pattern[str]
+    """Finds the names of the kernels the candidate's source declares (group 1)."""
+    device_name: str
+    """How a declared kernel `{}` appears in the name of the device kernel that ran."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of the build and execution children, `{build}` standing for their build directory."""
+
+
+LANGUAGES = (
+    Language(id="cuda", name="CUDA C++ or C++ extensions built with torch.utils.cpp_extension (load_inline)",
+             module=None, declares=re.compile(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)"),
+             device_name="{}"),
+    Language(id="triton", name="Triton kernels (@triton.jit)", module="triton",
+             declares=re.compile(r"@triton\.jit[^\n]*\n\s*def\s+(\w+)"), device_name="{}",
+             env={"TRITON_CACHE_DIR": "{build}/triton"}),
+    Language(id="cute", name="CuTe DSL kernels (nvidia-cutlass-dsl, @cute.kernel)", module="cutlass",
+             declares=re.compile(r"@(?:cute|cutlass\.cute)\.kernel\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)"),
+             device_name="kernel_cutlass_{}", env={"CUTE_DSL_CACHE_DIR": "{build}/cute"}),
+    Language(id="tilelang", name="TileLang kernels (@T.prim_func)", module="tilelang",
+             declares=re.compile(r"@(?:T|tilelang\.language)\.prim_func\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)"),
+             device_name="{}_kernel", env={"TILELANG_CACHE_DIR": "{build}/tilelang"}),
+)
+BY_ID = {language.id: language for language in LANGUAGES}
+IDS = tuple(BY_ID)
+
+
+def installed(module: str) -> bool:
+    """Whether `module`'s top-level package is installed in this (the judge's) environment.
+
+    Only its spec is looked up: nothing of the package runs (a dotted name's spec would import its parent,
+    so the top level alone is asked). The execution child runs the same interpreter and site-packages.
+    """
+    top = module.split(".")[0]
+    if top in sys.modules or top in sys.builtin_module_names:  # imported already (find_spec would read its
+        return True                                            # __spec__, which __main__ may lack)
+    return importlib.util.find_spec(top) is not None
+
+
+def available() -> list[Language]:
+    """The languages this host judges, in the order of LANGUAGES."""
+    return [language for language in LANGUAGES if language.module is None or installed(language.module)]
+
+
+def kernel_names(source: str) -> frozenset[str]:
+    """The substrings that identify the candidate's own kernels among the device kernels that ran: every
+    kernel its source declares, in every language, as that language names it on the device."""
+    names: set[str] = set()
+    for language in LANGUAGES:
+        names |= {language.device_name.format(name) for name in language.declares.findall(source)}
+    return frozenset(names)
+
+
+def child_env(build_dir: str) -> dict[str, str]:
+    """The JIT caches of every language, inside the candidate's build directory."""
+    return {key: value.format(build=build_dir) for language in LANGUAGES for key, value in language.env.items()}
