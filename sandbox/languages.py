@@ -19,18 +19,20 @@ JIT compilation and its caches. torch's extension builder runs in the build stag
 child (sandbox/build/no_build.py). The JIT languages compile when the candidate asks them to, which for most
 candidates is in `forward`, with the shapes of the call:
 
-- TileLang compiles with nvcc (15.7 s for one kernel on the 2-core CPU machine, no GPU needed once a target
-  architecture is given) and keeps what it built in `TILELANG_CACHE_DIR`, here a folder of the candidate's
-  build directory, so a kernel compiled at import or in `__init__` (the build stage constructs ModelNew) is a
-  disk-cache hit in the execution child.
-- CuTe DSL compiles through MLIR in-process (0.5 s for one kernel on the CPU machine with `CUTE_DSL_ARCH`
-  set, no GPU needed); `cute.compile` keeps the result in memory only, per shape.
+- TileLang compiles with nvcc (15.7 s for one kernel on the 2-core CPU machine when given the target
+  `{"kind": "cuda", "arch": "sm_90a"}`) and keeps what it built in `TILELANG_CACHE_DIR`, here a folder of the
+  build directory: an execution of the same build reuses it. The build child has no device, and there a bare
+  `target="cuda"` compiles for sm_50 ("Unable to detect CUDA version"), so a kernel compiled at import or in
+  `__init__` is compiled again, for the card, in the execution child.
+- CuTe DSL compiles through MLIR in-process (0.5 s for one kernel on the CPU machine with `CUTE_DSL_ARCH=sm_90a`,
+  no GPU needed; the shapes are part of the compiled kernel); `cute.compile` keeps the result in memory only.
 - Triton compiles on its first launch into `TRITON_CACHE_DIR`, also in the build directory.
 
-A compile inside `forward` runs in the execution child on the candidate's first call, which is a correctness
-trial: before the estimate and before any timed call, never inside one, but while the device is held. Those
-seconds are in the verdict's `device_held_s`; the GPU run (scripts/gpu/gpu_check.sh on the language corpus
-files) measures them.
+So a JIT compile runs in the execution child, on the candidate's first call, which is a correctness trial:
+before the estimate and before any timed call, never inside one, but while the device is held. Those seconds
+are in the verdict's `device_held_s`; the GPU run of the language corpus (tests/corpus/cuda/*_cute.py,
+*_tilelang.py) measures them. Moving them into the build stage needs a forward call there, which needs a
+device: not done.
 """
 
 from __future__ import annotations

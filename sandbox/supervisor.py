@@ -20,7 +20,7 @@ from typing import Any, Callable
 from typing_extensions import Self
 
 import reference
-from sandbox import isolation, protocol
+from sandbox import isolation, languages, protocol
 from sandbox.config import JudgeConfig
 
 SANDBOX_DIR = Path(__file__).parent
