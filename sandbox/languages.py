@@ -17,30 +17,37 @@ kernels that ran. Each language names its kernels differently on the device:
 
 JIT compilation and its caches. torch's extension builder runs in the build stage and never in the execution
 child (sandbox/build/no_build.py). The JIT languages compile when the candidate asks them to, which for most
-candidates is in `forward`, with the shapes of the call:
+candidates is in `forward`, with the shapes of the call; their target is pinned for both children (`jit_env`:
+sm_90a on the H100/H200 hosts), since the build child has no device to ask.
 
-- TileLang compiles with nvcc (15.7 s for one kernel on the 2-core CPU machine when given the target
-  `{"kind": "cuda", "arch": "sm_90a"}`) and keeps what it built in `TILELANG_CACHE_DIR`, here a folder of the
-  build directory: an execution of the same build reuses it. The build child has no device, and there a bare
-  `target="cuda"` compiles for sm_50 ("Unable to detect CUDA version"), so a kernel compiled at import or in
-  `__init__` is compiled again, for the card, in the execution child.
-- CuTe DSL compiles through MLIR in-process (0.5 s for one kernel on the CPU machine with `CUTE_DSL_ARCH=sm_90a`,
-  no GPU needed; the shapes are part of the compiled kernel); `cute.compile` keeps the result in memory only.
+- TileLang compiles with nvcc (11-18 s for one kernel on the 2-core CPU machine, no GPU needed) and keeps what it
+  built in `TILELANG_CACHE_DIR`, a folder of the build directory. The build stage calls ModelNew once per
+  judged shape on uninitialised host tensors (sandbox/child/harness.py `precompile_jit`): every kernel compiles
+  there, the call then fails to launch, and the execution child finds the kernels in the cache (a process's
+  first call: 11.6 s compiling, 0.33 s from the cache). A candidate naming its own target (`target="cuda"`)
+  compiles for sm_50 in the build child ("Unable to detect CUDA version") and again, for the card, in the
+  execution child.
+- CuTe DSL compiles through MLIR in-process (0.5-1.0 s per kernel on the CPU machine, no GPU needed; the shapes
+  are part of the compiled kernel). `cute.compile` keeps the result in the calling process only, so a compile in
+  the build child would be lost: it compiles in the execution child, on the first call of each shape.
 - Triton compiles on its first launch into `TRITON_CACHE_DIR`, also in the build directory.
 
-So a JIT compile runs in the execution child, on the candidate's first call, which is a correctness trial:
-before the estimate and before any timed call, never inside one, but while the device is held. Those seconds
-are in the verdict's `device_held_s`; the GPU run of the language corpus (tests/corpus/cuda/*_cute.py,
-*_tilelang.py) measures them. Moving them into the build stage needs a forward call there, which needs a
-device: not done.
+A compile left to the execution child runs on the candidate's first call of a shape, a correctness trial:
+before the estimate and before any timed call, never inside one, but while the device is held; those seconds
+are in the verdict's `device_held_s` (the GPU run of the language corpus, tests/corpus/cuda/*_cute.py and
+*_tilelang.py, measures them).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
+
+import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +81,13 @@ LANGUAGES = (
              device_name="{}_kernel", env={"TILELANG_CACHE_DIR": "{build}/tilelang"}),
 )
 BY_ID = {language.id: language for language in LANGUAGES}
+JIT_SHAPES_ENV = "JUDGE_JIT_SHAPES"
+"""The build child's environment variable naming (as JSON) the shapes the execution will judge, which a JIT
+language compiles for in the build stage (sandbox/child/harness.py `precompile_jit`)."""
+PRECOMPILED = ("tilelang",)
+"""The languages whose build-stage compile the execution child finds again: TileLang's cache is on disk in the
+build directory. CuTe DSL's `cute.compile` keeps its result in the process that called it, so compiling it in
+the build child would be lost there."""
 IDS = tuple(BY_ID)
 
 
@@ -106,3 +120,23 @@ def kernel_names(source: str) -> frozenset[str]:
 def child_env(build_dir: str) -> dict[str, str]:
     """The JIT caches of every language, inside the candidate's build directory."""
     return {key: value.format(build=build_dir) for language in LANGUAGES for key, value in language.env.items()}
+
+
+def arch_list() -> str:
+    """The architectures builds target: TORCH_CUDA_ARCH_LIST, else the visible GPUs', else Hopper's 9.0."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    if torch.cuda.is_available():
+        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+        return ";".join(f"{major}.{minor}" for major, minor in caps)
+    return "9.0"
+
+
+def jit_env(architectures: str) -> dict[str, str]:
+    """The JIT languages' target, the same in the build child (which has no device to ask) and the execution
+    child, so that what one compiles the other finds in the cache: the newest architecture of the list, with the
+    architecture-specific features (sm_90a: wgmma, TMA) that TileLang and CuTe DSL use from Hopper on."""
+    newest = architectures.replace(",", ";").split(";")[-1].strip().removesuffix("+PTX")
+    major, minor = newest.split(".")
+    arch = f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"
+    return {"CUTE_DSL_ARCH": arch, "TILELANG_DEFAULT_TARGET": json.dumps({"kind": "cuda", "arch": arch})}

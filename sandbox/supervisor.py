@@ -114,6 +114,7 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
         if name in os.environ:
             env[name] = os.environ[name]
     env.update(extra or {})
+    env.update(languages.jit_env(env.get("TORCH_CUDA_ARCH_LIST") or languages.arch_list()))
     return env
 
 

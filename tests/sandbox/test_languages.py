@@ -71,7 +71,8 @@ def test_a_language_is_judged_exactly_when_it_imports(tmp_path: Path, monkeypatc
     """Installing CuTe DSL and TileLang (here: real packages of those names on the path) makes the host list them,
     in the verdict on a language it still cannot judge, and stops refusing their candidates."""
     kl = get_task("kl_div")
-    cupy = "import torch\nimport cupy\nclass ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n        return p\n"
+    cupy = ("import torch\nimport cupy\n"
+            "class ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n        return p\n")
     assert languages.available()[0].id == "cuda"
     for package in ("cutlass", "tilelang"):
         (tmp_path / package).mkdir()
@@ -86,9 +87,18 @@ def test_a_language_is_judged_exactly_when_it_imports(tmp_path: Path, monkeypatc
         assert [f.rule for f in check_source(source, kl.forbidden_python_names, kl.forbidden_aten_ops).findings] == []
 
 
-@pytest.mark.parametrize("path", sorted((CORPUS / "cuda").glob("*_cute.py")) + sorted((CORPUS / "cuda").glob("*_tilelang.py"))
-                         + sorted((CORPUS / "hostile" / "cuda").glob("*_cute_*.py"))
-                         + sorted((CORPUS / "hostile" / "cuda").glob("*_tilelang_*.py")), ids=lambda p: p.name)
+LANGUAGE_FILES = [path for folder in (CORPUS / "cuda", CORPUS / "hostile" / "cuda")
+                  for pattern in ("*cute*", "*tilelang*") for path in sorted(folder.glob(pattern + ".py"))]
+
+
+def test_every_language_has_honest_files_for_both_tasks_and_an_attack() -> None:
+    names = {path.name for path in LANGUAGE_FILES}
+    for language in ("cute", "tilelang"):
+        assert {f"kl_div_{language}.py", f"cross_entropy_{language}.py"} <= names
+        assert any(language in name and name.startswith("c") and name[1].isdigit() for name in names), language
+
+
+@pytest.mark.parametrize("path", LANGUAGE_FILES, ids=lambda p: p.name)
 def test_where_the_language_is_not_installed_its_corpus_file_is_refused_before_any_build(path: Path,
                                                                                         judge_config) -> None:  # noqa: ANN001
     """The clear verdict of a host without the [languages] extra: no build, no device. With it, the file builds."""
