@@ -7,6 +7,7 @@ The device kernel names below are the ones the pinned versions produced for thes
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,47 @@ def test_where_the_language_is_not_installed_its_corpus_file_is_refused_before_a
     assert isinstance(verdict, Verdict) and verdict.status is Status.COMPILE_ERROR, verdict
     assert verdict.details == {"stage": "static_checks", "rule": "unsupported_language"}
     assert "a kernel language this judge cannot run" in verdict.diagnosis
+
+
+PRECOMPILING = '''import os
+import torch
+import torch.nn as nn
+import tilelang
+
+
+class ModelNew(nn.Module):
+    def forward(self, predictions, targets):
+        # Where the real TileLang compiles (and caches) its kernel for this shape; the launch fails without a device.
+        os.makedirs(os.environ["TILELANG_CACHE_DIR"], exist_ok=True)
+        with open(os.path.join(os.environ["TILELANG_CACHE_DIR"], "calls.txt"), "a") as log:
+            log.write(f"{tuple(predictions.shape)} {predictions.dtype} {tuple(targets.shape)} {targets.dtype} "
+                      f"{os.environ['TILELANG_DEFAULT_TARGET']} {torch.cuda.is_available()}\\n")
+        raise RuntimeError("no device to launch on")
+'''
+
+
+def test_a_tilelang_candidate_compiles_every_judged_shape_in_the_build_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, judge_config) -> None:  # noqa: ANN001
+    """The build child calls ModelNew once per judged shape (the CPU target's here: cpu_shape and cpu_extra_shapes)
+    on host tensors of the inputs' dtypes, with TileLang's cache in the build directory and the card's target
+    pinned; the failed launch is one line of the build log, not a build failure. `tilelang` here is a package of
+    that name whose import does nothing: the build child gets it as it gets an installed one, through the host's
+    PYTHONPATH (sandbox/isolation.py extra_python_path)."""
+    from sandbox import prepare
+    from sandbox.verdict import Verdict
+
+    (tmp_path / "tilelang").mkdir()
+    (tmp_path / "tilelang" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    task = get_task("cross_entropy")
+    prepared = prepare("cross_entropy", PRECOMPILING, target="cpu", config=judge_config)
+    assert not isinstance(prepared, Verdict), prepared.diagnosis
+    log = Path(prepared.build_dir) / "tilelang" / "calls.txt"
+    assert log.is_file(), prepared.compile_log
+    calls = log.read_text().splitlines()
+    shapes = [task.cpu_shape, *task.cpu_extra_shapes]
+    assert [call.split(" torch.")[0] for call in calls] == [str(tuple(shape)) for shape in shapes], calls
+    assert all(f"torch.float32 {(shape[0],)} torch.int64" in call for call, shape in zip(calls, shapes)), calls
+    assert all('{"kind": "cuda", "arch": "sm_' in call and call.endswith("False") for call in calls), calls
+    assert "[judge] precompiled for" in prepared.compile_log and "no device to launch on" in prepared.compile_log
