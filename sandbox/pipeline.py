@@ -9,6 +9,7 @@ of the judge's own machinery ends in `system_error`.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from dataclasses import replace
@@ -28,6 +29,7 @@ from sandbox.candidate import PreparedCandidate
 from sandbox.config import JudgeConfig
 from sandbox.execution.run import execute
 from sandbox.extract import ExtractionError, extract_candidate
+from sandbox.languages import JIT_SHAPES_ENV
 from sandbox.stages import timed
 from sandbox.static_checks import check_source
 from sandbox.supervisor import ChildFailure, ChildSession
@@ -206,6 +208,8 @@ def _run_build(task: Task, paths: compiler.KeyPaths, target: str, config: JudgeC
     """Import the candidate in a GPU-less isolated child so its extensions build into paths.build. A failure of
     the sandbox, the child or the host comes back as `infrastructure`, never as the candidate's outcome."""
     extra = {"TORCH_CUDA_ARCH_LIST": compiler.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
+    shapes = [task.official_shape, *task.extra_shapes] if target == "cuda" else [task.cpu_shape, *task.cpu_extra_shapes]
+    extra[JIT_SHAPES_ENV] = json.dumps([list(shape) for shape in shapes])  # what the JIT languages compile for
     started = time.monotonic()
     try:
         offer = compiler.offer_accelerators(config, target, paths.source.read_text())

@@ -12,9 +12,10 @@ at run time, `exec`) is left to the run-time tripwires in the child.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import sys
 from dataclasses import dataclass, field
+
+from sandbox import languages
 
 JUDGE_PACKAGES = ("reference", "sandbox", "service")
 """A candidate importing these is reaching for the reference or the harness."""
@@ -47,24 +48,14 @@ import (the candidate falls back to something else), not a certain failure."""
 
 
 def importable(module: str) -> bool:
-    """Whether `module`'s top-level package is installed in this (the judge's) environment.
-
-    Only its spec is looked up: nothing of the package runs (a dotted name's spec would import its parent,
-    so the top level alone is asked). The execution child runs the same interpreter and site-packages.
-    """
-    top = module.split(".")[0]
-    if top in sys.modules or top in sys.builtin_module_names:  # imported already (find_spec would read its
-        return True                                            # __spec__, which __main__ may lack)
-    return importlib.util.find_spec(top) is not None
+    """Whether `module`'s top-level package is installed here (sandbox/languages.py `installed`)."""
+    return languages.installed(module)
 
 
 def supported_languages() -> list[str]:
-    """What this host judges, for a diagnosis: CUDA C++ / C++ through torch's extension builder and PyTorch
-    always, Triton when it is installed."""
-    languages = ["CUDA C++ or C++ extensions built with torch.utils.cpp_extension (load_inline)"]
-    if importable("triton"):
-        languages.append("Triton kernels (@triton.jit)")
-    return [*languages, "PyTorch operators"]
+    """What this host judges, for a diagnosis: every kernel language installed here (sandbox/languages.py),
+    and PyTorch operators around them."""
+    return [*(language.name for language in languages.available()), "PyTorch operators"]
 
 
 @dataclass(frozen=True, kw_only=True)

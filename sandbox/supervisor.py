@@ -20,7 +20,7 @@ from typing import Any, Callable
 from typing_extensions import Self
 
 import reference
-from sandbox import isolation, protocol
+from sandbox import isolation, languages, protocol
 from sandbox.config import JudgeConfig
 
 SANDBOX_DIR = Path(__file__).parent
@@ -107,13 +107,14 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
         "TORCH_EXTENSIONS_DIR": f"{paths.build}/ext",
         "MAX_JOBS": str(config.compile_jobs),
         "JUDGE_CHILD_THREADS": str(config.child_threads),
-        "TRITON_CACHE_DIR": f"{paths.build}/triton",
+        **languages.child_env(paths.build),  # the JIT languages' caches, in the build directory
     }
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING",
                  "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/execution/timing.py LEAD_MS, overridden to measure it
         if name in os.environ:
             env[name] = os.environ[name]
     env.update(extra or {})
+    env.update(languages.jit_env(env.get("TORCH_CUDA_ARCH_LIST") or languages.arch_list()))
     return env
 
 

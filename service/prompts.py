@@ -1,12 +1,16 @@
-"""A KernelBench-style generation prompt for a task: the instruction, one worked example, the problem.
+"""A KernelBench-style generation prompt for a task and a kernel language: the instruction, one worked example
+in that language, the problem.
 
 It follows KernelBench's one-shot prompt (an elementwise-add `Model` and its `load_inline` `ModelNew`),
-and adds what this judge checks so a model is not surprised by its verdict.
+and adds what this judge checks so a model is not surprised by its verdict. The other languages
+(sandbox/languages.py: Triton, CuTe DSL, TileLang) get the same prompt with the same elementwise add written
+in their style; each example was compiled for sm_90a with the pinned versions (pyproject's [languages] extra).
 """
 
 from __future__ import annotations
 
 from reference import Task
+from sandbox.languages import BY_ID
 
 EXAMPLE_MODEL = '''import torch
 import torch.nn as nn
@@ -76,22 +80,131 @@ class ModelNew(nn.Module):
 '''
 
 
-def generation_prompt(task: Task) -> str:
+EXAMPLE_TRITON = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    a = tl.load(a_ptr + offsets, mask=mask)
+    b = tl.load(b_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, a + b, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, a, b):
+        a, b = a.contiguous(), b.contiguous()
+        out = torch.empty_like(a)
+        n = a.numel()
+        add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
+        return out
+'''
+
+EXAMPLE_CUTE = '''import torch
+import torch.nn as nn
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import from_dlpack
+
+
+@cute.kernel
+def add_kernel(gA: cute.Tensor, gB: cute.Tensor, gOut: cute.Tensor, n: cutlass.Int32):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    i = bidx * 256 + tidx
+    if i < n:
+        gOut[i] = gA[i] + gB[i]
+
+
+@cute.jit
+def add(mA: cute.Tensor, mB: cute.Tensor, mOut: cute.Tensor, n: cutlass.Int32):
+    add_kernel(mA, mB, mOut, n).launch(grid=[(n + 255) // 256, 1, 1], block=[256, 1, 1])
+
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.compiled = {}
+
+    def forward(self, a, b):
+        a, b = a.contiguous(), b.contiguous()
+        out = torch.empty_like(a)
+        args = (from_dlpack(a.view(-1)), from_dlpack(b.view(-1)), from_dlpack(out.view(-1)), a.numel())
+        if a.shape not in self.compiled:  # cute.compile specialises on the tensors' shapes: once per shape
+            self.compiled[a.shape] = cute.compile(add, *args)
+        self.compiled[a.shape](*args)
+        return out
+'''
+
+EXAMPLE_TILELANG = '''import torch
+import torch.nn as nn
+import tilelang
+import tilelang.language as T
+
+
+@tilelang.jit(out_idx=[2])
+def elementwise_add(n, block=1024, dtype="float32"):
+    @T.prim_func
+    def add(A: T.Tensor((n,), dtype), B: T.Tensor((n,), dtype), C: T.Tensor((n,), dtype)):
+        with T.Kernel(T.ceildiv(n, block), threads=256) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
+
+    return add
+
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, a, b):
+        kernel = elementwise_add(a.numel())  # compiled on the first call for each size, then cached
+        return kernel(a.contiguous().view(-1), b.contiguous().view(-1)).view_as(a)
+'''
+
+EXAMPLES = {"cuda": EXAMPLE_MODEL_NEW, "triton": EXAMPLE_TRITON, "cute": EXAMPLE_CUTE, "tilelang": EXAMPLE_TILELANG}
+"""The worked example per language (sandbox/languages.py ids): the same elementwise add in each."""
+
+KERNELS = {"cuda": "custom CUDA kernels", "triton": "custom Triton kernels", "cute": "custom CuTe DSL kernels",
+           "tilelang": "custom TileLang kernels"}
+"""How the instruction names the kernels it asks for."""
+
+HOW = {"cuda": "inline embedding custom CUDA operators in torch",
+       "triton": "writing custom Triton kernels (@triton.jit) called from torch",
+       "cute": "writing custom CuTe DSL kernels (nvidia-cutlass-dsl: @cute.kernel, launched from a @cute.jit "
+               "function compiled with cute.compile) called on torch tensors",
+       "tilelang": "writing custom TileLang kernels (@T.prim_func, compiled with @tilelang.jit) called on torch "
+                   "tensors"}
+
+
+def generation_prompt(task: Task, language: str = "cuda") -> str:
+    """The prompt for `task` in `language` (an id of sandbox/languages.py; KeyError for another)."""
+    kernels, example, how = KERNELS[language], EXAMPLES[language], HOW[language]
+    operators = "custom CUDA operators" if language == "cuda" else kernels  # KernelBench's words for CUDA
+    own = "" if language == "cuda" else f"; the kernels must be {BY_ID[language].name} that the module defines"
     forbidden = ", ".join(sorted(task.forbidden_aten_ops)) or "none"
     training = f"\n{task.training.statement}\n" if task.training else ""
-    return f"""You write custom CUDA kernels to replace the pytorch operators in the given architecture to get speedups.
+    return f"""You write {kernels} to replace the pytorch operators in the given architecture to get speedups.
 
-You have complete freedom to choose the set of operators you want to replace. You may make the decision to replace some operators with custom CUDA kernels and leave others unchanged. You may replace multiple operators with custom implementations, consider operator fusion opportunities (combining multiple operators into a single kernel, for example, combining matmul+relu), or algorithmic changes (such as online softmax). You are only limited by your imagination.
+You have complete freedom to choose the set of operators you want to replace. You may make the decision to replace some operators with {kernels} and leave others unchanged. You may replace multiple operators with custom implementations, consider operator fusion opportunities (combining multiple operators into a single kernel, for example, combining matmul+relu), or algorithmic changes (such as online softmax). You are only limited by your imagination.
 
-Here's an example to show you the syntax of inline embedding custom CUDA operators in torch: The example given architecture is:
+Here's an example to show you the syntax of {how}: The example given architecture is:
 
 ```
 {EXAMPLE_MODEL}```
 
-The example new arch with custom CUDA kernels looks like this:
+The example new arch with {kernels} looks like this:
 
 ```
-{EXAMPLE_MODEL_NEW}```
+{example}```
 
 You are given the following architecture:
 
@@ -99,7 +212,7 @@ You are given the following architecture:
 {task.problem_source.rstrip()}
 ```
 {training}
-How it is judged: the output must match an fp64 reference within atol={task.tolerance.atol:g}, rtol={task.tolerance.rtol:g} on several fresh random inputs (including inputs drawn from other distributions than get_inputs), with the exact output shape and dtype; the kernel must not call these operators: {forbidden}; it is timed against PyTorch eager and torch.compile on the same GPU.
+How it is judged: the output must match an fp64 reference within atol={task.tolerance.atol:g}, rtol={task.tolerance.rtol:g} on several fresh random inputs (including inputs drawn from other distributions than get_inputs), with the exact output shape and dtype; the kernel must not call these operators: {forbidden}{own}; it is timed against PyTorch eager and torch.compile on the same GPU.
 
-Optimize the architecture named Model with custom CUDA operators! Name your optimized output architecture ModelNew. Output the new code in codeblocks. Please generate real code, NOT pseudocode, make sure the code compiles and is fully functional. Just output the new model code, no other text, and NO testing code!
+Optimize the architecture named Model with {operators}! Name your optimized output architecture ModelNew. Output the new code in codeblocks. Please generate real code, NOT pseudocode, make sure the code compiles and is fully functional. Just output the new model code, no other text, and NO testing code!
 """

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
-from sandbox import isolation
+from sandbox import isolation, languages
 from sandbox.build import accel as build_accel
 from sandbox.build import hooks as build_hooks
 from sandbox.build import nvcc_split
@@ -63,13 +63,9 @@ _ERROR_LINE = re.compile(
 
 
 def cuda_arch_list() -> str:
-    """The architectures CUDA builds target: the visible GPUs', or TORCH_CUDA_ARCH_LIST."""
-    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        return os.environ["TORCH_CUDA_ARCH_LIST"]
-    if torch.cuda.is_available():
-        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
-        return ";".join(f"{major}.{minor}" for major, minor in caps)
-    return "9.0"
+    """The architectures CUDA builds target: TORCH_CUDA_ARCH_LIST, or the visible GPUs' (sandbox/languages.py,
+    where the JIT languages' target comes from the same list)."""
+    return languages.arch_list()
 
 
 def toolchain(target: str) -> str:

@@ -55,6 +55,7 @@ from reference import get_task
 from sandbox.build import hooks as build_hooks
 from sandbox.child import audit as _audit
 from sandbox import compare as _compare
+from sandbox import languages as _languages
 from sandbox.build import no_build as _no_build
 from sandbox import protocol as _protocol
 from sandbox.execution import timing as _timing
@@ -372,12 +373,10 @@ class Child:
         return now
 
     def _declared_kernels(self) -> set[str]:
-        """__global__ functions and @triton.jit functions the candidate's source declares."""
+        """The kernels the candidate's source declares, in every language, as each names them on the device
+        (CUDA __global__, @triton.jit, @cute.kernel, @T.prim_func: sandbox/languages.py)."""
         with open(self.source_path, encoding="utf-8") as fh:
-            text = fh.read()
-        names = set(re.findall(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)", text))
-        names |= set(re.findall(r"@triton\.jit[^\n]*\n\s*def\s+(\w+)", text))
-        return names
+            return set(_languages.kernel_names(fh.read()))
 
     # Every reply carries what the parent needs to decide policy and tampering (the `go` reply excepted:
     # it is inside the parent's timing window, and the `inspect` right after it carries the checks).
@@ -651,6 +650,34 @@ def _construct_for_build(module: types.ModuleType) -> None:
               f"{info['message'][:300]}); extensions it built before that are kept", file=sys.stderr, flush=True)
 
 
+def precompile_jit(module: types.ModuleType, task_id: str) -> None:
+    """Call ModelNew once per judged shape so that a JIT language whose compile the execution child finds again
+    (languages.PRECOMPILED: TileLang, through its cache in the build directory) compiles here, in the build
+    stage, and not while the device is held. The inputs are uninitialised host tensors of each shape (the first
+    dimensions of the task's shape, one per input dimension: (rows, cols) and (rows,)), never filled and so
+    costing no memory; this child has no device, so the call ends when the kernel is launched, after the compile
+    it was for. Only a compile failure matters here, and it shows again in the execution child: anything the
+    call raises is one line in the build log."""
+    shapes = json.loads(os.environ.get(_languages.JIT_SHAPES_ENV, "[]"))
+    model_cls = getattr(module, "ModelNew", None)
+    if not shapes or not any(name in sys.modules for name in _languages.PRECOMPILED) or not isinstance(model_cls, type):
+        return
+    task = get_task(task_id)
+    kinds = task.make_inputs(task.cpu_shape, "official", 0, torch.device("cpu"))
+    try:
+        model = model_cls()
+    except Exception:  # noqa: BLE001 - __init__ failing here was reported by _construct_for_build
+        return
+    for shape in shapes:
+        inputs = [torch.empty(shape[:kind.dim()], dtype=kind.dtype) for kind in kinds]
+        started = time.monotonic()
+        try:
+            model(*inputs)
+        except Exception as exc:  # noqa: BLE001 - the launch fails here, with no device: expected
+            print(f"[judge] precompiled for {shape} in {time.monotonic() - started:.1f} s (the call then ended with "
+                  f"{type(exc).__name__}: {str(exc)[:200]})", file=sys.stderr, flush=True)
+
+
 def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
@@ -665,6 +692,7 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
         sys.modules[CANDIDATE_MODULE] = module
         spec.loader.exec_module(module)
         _construct_for_build(module)
+        precompile_jit(module, task_id)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides the verdict
         info = _error_info(exc)
         _protocol.send(res_fd, {"ok": False, "build_failed": _is_build_failure(info["message"]), "error": info,

@@ -10,6 +10,24 @@ if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import pydantic_settings, fast
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /opt/judge-site .whl/*.whl 2>/dev/null
     export PYTHONPATH=/opt/judge-site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# The kernel languages (CuTe DSL, TileLang), carried in parts (.langs/N/, scripts/gpu/fetch_device_deps.sh): installed
+# once every part named in the manifest is here and intact; until then the judge refuses their candidates as
+# unsupported. CuTe DSL's `cutlass` package lives in nvidia_cutlass_dsl/dsl_packages, which its .pth adds to a
+# site directory's path; a --target folder reads no .pth, so the folder goes on PYTHONPATH (the children get it too).
+manifest=$(ls .langs/*/MANIFEST 2>/dev/null | head -n 1)
+if [ -n "$manifest" ] && [ ! -e /opt/judge-langs/.installed ]; then
+    if (cd .langs && sha256sum --quiet -c "${manifest#.langs/}" >/dev/null 2>&1); then
+        mkdir -p /tmp/judge-lang-wheels && cat $(awk '{print ".langs/" $2}' "$manifest") | tar -x -C /tmp/judge-lang-wheels
+        python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /opt/judge-langs \
+            /tmp/judge-lang-wheels/*.whl && touch /opt/judge-langs/.installed
+        rm -rf /tmp/judge-lang-wheels
+    else
+        echo "kernel languages: $(ls -d .langs/*/ | wc -l) of $(wc -l < "$manifest") parts here, not installed yet" >&2
+    fi
+fi
+if [ -e /opt/judge-langs/.installed ]; then
+    export PYTHONPATH=/opt/judge-langs:/opt/judge-langs/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export JUDGE_BUILD_ROOT=${JUDGE_BUILD_ROOT:-/tmp/judge/builds} JUDGE_CACHE_ROOT=${JUDGE_CACHE_ROOT:-/tmp/judge/cache}

@@ -36,5 +36,23 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl 'psycopg[binary]>=3.1'
 bash scripts/gpu/postgres_env.sh fetch .debs/postgresql
+# --- Kernel languages (issue 29): CuTe DSL and TileLang, as pinned in pyproject's [languages] extra ------------------
+# 171 MB of wheels (CuTe DSL's cu13 libraries alone are 92 MB) against a carry of 64 MiB per call: one tar of them,
+# cut into parts of LANG_PART_MIB, each in its own folder .langs/N/ with the manifest. Carry one folder per call on
+# the same warm machine (carry: [".langs/1"], then [".langs/2"], ...: what an earlier call carried stays there);
+# scripts/gpu/device_env.sh installs them once every part in the manifest is there. The image has their other
+# dependencies (cuda-bindings, cuda-pathfinder, protobuf, numpy, ml-dtypes, cloudpickle, psutil, tqdm).
+rm -rf .langs && mkdir -p .langs/wheels
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .langs/wheels \
+    nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 \
+    nvidia-cutlass-dsl-libs-cu13==4.8.1 tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext==0.1.5 \
+    z3-solver==4.15.4.0
+tar -cf - -C .langs/wheels . | split -b "${LANG_PART_MIB:-40}M" -d -a 1 - .langs/part-
+rm -rf .langs/wheels
+(cd .langs && for part in part-*; do n=$((${part#part-} + 1)); mkdir -p "$n" && mv "$part" "$n/"; done
+ sha256sum */part-* > MANIFEST && for dir in */; do cp MANIFEST "$dir"; done && rm MANIFEST)
+echo "kernel languages: $(ls -d .langs/*/ | wc -l) parts to carry, one per call: $(ls -d .langs/*/ | tr '\n' ' ')"
 # ------------------------------------------------------------------------------------------------------------------
-du -sh .whl .debs .kernelbench
+du -sh .whl .debs .kernelbench .langs

@@ -295,6 +295,9 @@ class TaskSummary(BaseModel):
     official_shape: list[int]
     variant: str = Field("forward", description="\"forward\" (the loss) or \"training\" (loss and its gradient).")
     forward_task: str | None = Field(None, description="For a training variant: the forward task it extends.")
+    languages: list[str] = Field(default_factory=list, description=(
+        "The kernel languages this host judges (cuda, triton, cute, tilelang: those installed here); a candidate in "
+        "another gets a compile_error with the rule unsupported_language before any build or device time."))
 
 
 class TaskDetail(TaskSummary):

@@ -99,12 +99,13 @@ def tasks(url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> Non
     print_json(found) if as_json else out.print(render.tasks_table(found))
 
 
-def prompt(task: Annotated[str, typer.Argument(help="Task id.")], url: Url = URL_DEFAULT, key: Key = None,
-           as_json: Json = False) -> None:
-    """Print the KernelBench-style generation prompt of a task (what an LLM is shown)."""
+def prompt(task: Annotated[str, typer.Argument(help="Task id.")],
+           language: Annotated[str, typer.Option(help="The kernel language: cuda, triton, cute or tilelang.")] = "cuda",
+           url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
+    """Print the KernelBench-style generation prompt of a task (what an LLM is shown), for one kernel language."""
     with client(url, key) as judge:
-        text = judge.prompt(task)
-    print_json({"task": task, "prompt": text}) if as_json else typer.echo(text)
+        text = judge.prompt(task, language)
+    print_json({"task": task, "language": language, "prompt": text}) if as_json else typer.echo(text)
 
 
 def leaderboard(task: Annotated[str, typer.Argument(help="Task id.")],

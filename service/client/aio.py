@@ -115,8 +115,8 @@ class AsyncJudgeClient:
     async def task(self, task_id: str) -> models.Task:
         return await self._call(calls.task(task_id))
 
-    async def prompt(self, task_id: str) -> str:
-        return await self._call(calls.prompt(task_id))
+    async def prompt(self, task_id: str, language: str | None = None) -> str:
+        return await self._call(calls.prompt(task_id, language))
 
     async def leaderboard(self, task_id: str, **options: Any) -> models.Leaderboard:
         return await self._call(calls.leaderboard(task_id, **options))

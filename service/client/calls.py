@@ -170,8 +170,9 @@ def task(task_id: str) -> Call:
     return Call("GET", f"/v1/tasks/{task_id}", _model(models.Task))
 
 
-def prompt(task_id: str) -> Call:
-    return Call("GET", f"/v1/tasks/{task_id}/prompt", lambda r: r.text)
+def prompt(task_id: str, language: str | None = None) -> Call:
+    params = {"language": language} if language else None
+    return Call("GET", f"/v1/tasks/{task_id}/prompt", lambda r: r.text, params=params)
 
 
 def leaderboard(task_id: str, *, by: str = "submitter", sort: str = "speedup_eager", device: str | None = None,

@@ -119,6 +119,8 @@ class TaskSummary(_View):
     variant: str = "forward"
     """"forward" (the loss) or "training" (the loss and its gradient, `forward_task` extended)."""
     forward_task: str | None = None
+    languages: list[str] = Field(default_factory=list)
+    """The kernel languages the service's host judges (cuda, triton, cute, tilelang)."""
 
 
 class Task(TaskSummary):

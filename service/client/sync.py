@@ -168,8 +168,8 @@ class JudgeClient:
     def task(self, task_id: str) -> models.Task:
         return self._call(calls.task(task_id))
 
-    def prompt(self, task_id: str) -> str:
-        return self._call(calls.prompt(task_id))
+    def prompt(self, task_id: str, language: str | None = None) -> str:
+        return self._call(calls.prompt(task_id, language))
 
     def leaderboard(self, task_id: str, **options: Any) -> models.Leaderboard:
         return self._call(calls.leaderboard(task_id, **options))

@@ -37,6 +37,7 @@ def test_typed_answers_and_error_tree(client, db):
         tasks = {t.id: t for t in judge.tasks()}
         assert tasks["kl_div"].kernelbench_id == "L1-98"
         assert "ModelNew" in judge.prompt("kl_div")
+        assert "@cute.kernel" in judge.prompt("kl_div", "cute") and "load_inline" not in judge.prompt("kl_div", "cute")
         accepted = judge.submit("kl_div", "import torch\nclass ModelNew(torch.nn.Module): pass\n", model="m")
         view = judge.submission(accepted.id)
         assert view.task == "kl_div" and view.model == "m" and view.status == "queued" and view.verdict is None

@@ -36,3 +36,32 @@ def test_unknown_task_is_404_with_valid_ids(client):
         response = client.get(path)
         assert response.status_code == 404
         assert response.json()["valid_task_ids"] == ["kl_div", "cross_entropy", "kl_div_train", "cross_entropy_train"]
+
+
+def test_the_list_names_the_kernel_languages_this_host_judges(client):
+    """Here CUDA C++ always, Triton, CuTe DSL and TileLang exactly when they import (sandbox/languages.py)."""
+    import importlib.util
+
+    expected = ["cuda"] + [lid for lid, module in (("triton", "triton"), ("cute", "cutlass"), ("tilelang", "tilelang"))
+                           if importlib.util.find_spec(module) is not None]
+    for task in client.get("/v1/tasks").json():
+        assert task["languages"] == expected, task
+
+
+def test_a_prompt_per_language_with_an_example_in_that_language(client):
+    marks = {"cuda": "load_inline", "triton": "@triton.jit", "cute": "@cute.kernel", "tilelang": "@T.prim_func"}
+    texts = {}
+    for language, mark in marks.items():
+        response = client.get("/v1/tasks/cross_entropy/prompt", params={"language": language})
+        assert response.status_code == 200, response.text
+        texts[language] = response.text
+        assert mark in response.text and get_task("cross_entropy").problem_source.strip() in response.text
+        assert all(other not in response.text for other in marks.values() if other != mark), language
+    assert texts["cuda"] == client.get("/v1/tasks/cross_entropy/prompt").text  # KernelBench's prompt by default
+    assert "Optimize the architecture named Model with custom TileLang kernels!" in texts["tilelang"]
+
+
+def test_an_unknown_language_is_a_422_that_names_the_known_ones(client):
+    response = client.get("/v1/tasks/kl_div/prompt", params={"language": "mojo"})
+    assert response.status_code == 422
+    assert all(language in response.text for language in ("cuda", "triton", "cute", "tilelang")), response.text

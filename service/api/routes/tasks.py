@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
 from reference import Task, all_tasks
@@ -10,6 +12,7 @@ from service import crud
 from service.api import schemas
 from service.api.deps import ReadSessionDep, TaskDep
 from service.api.errors import responses
+from sandbox import languages
 from service.prompts import generation_prompt
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
@@ -19,7 +22,8 @@ def _summary(task: Task) -> dict:
     return {"id": task.id.value, "title": task.title, "kernelbench_id": task.kernelbench_id,
             "official_shape": list(task.official_shape),
             "variant": "forward" if task.training is None else "training",
-            "forward_task": task.training.forward_task.value if task.training else None}
+            "forward_task": task.training.forward_task.value if task.training else None,
+            "languages": [language.id for language in languages.available()]}
 
 
 @router.get("", response_model=list[schemas.TaskSummary], summary="List the tasks")
@@ -53,7 +57,9 @@ def read_task(task: TaskDep, session: ReadSessionDep) -> schemas.TaskDetail:
 
 @router.get("/{task_id}/prompt", response_class=PlainTextResponse, summary="A KernelBench-style generation prompt",
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **responses(404, 422)})
-def task_prompt(task: TaskDep) -> str:
+def task_prompt(task: TaskDep, language: Annotated[Literal[languages.IDS], Query(
+        description="The kernel language the example is written in and the prompt asks for.")] = "cuda") -> str:
     """The one-shot prompt KernelBench gives an LLM (instruction, an elementwise-add example, the problem),
-    plus one paragraph on how this judge checks the answer."""
-    return generation_prompt(task)
+    plus one paragraph on how this judge checks the answer. Any of the languages a judge knows is given (see
+    `languages` in GET /v1/tasks for the ones this host judges)."""
+    return generation_prompt(task, language)

@@ -1,0 +1,142 @@
+"""The kernel languages this judge can judge, each named once: what must be installed, how its kernels are
+found in the candidate's source and recognised among the device kernels that ran, and where its JIT caches go.
+
+A language is judged on a host exactly when its package imports there (`available`): CUDA C++ through torch's
+extension builder always, Triton, CuTe DSL (`nvidia-cutlass-dsl`) and TileLang when installed (the
+`[languages]` extra; scripts/gpu/fetch_device_deps.sh carries them to the GPU hosts). A candidate importing one
+that is not installed gets its verdict from the static checks (sandbox/static_checks.py), before any build.
+
+The "runs code it built" rule (sandbox/child/harness.py `_evidence`) needs the candidate's own kernel among the
+kernels that ran. Each language names its kernels differently on the device:
+
+- CUDA C++: the `__global__` function's own name (inside the demangled signature).
+- Triton: the `@triton.jit` function's name.
+- CuTe DSL: `kernel_cutlass_<name>_<specialisation>` for a `@cute.kernel` function or method `<name>` (seen in
+  `cute.compile(...).kernel_info` for nvidia-cutlass-dsl 4.8.1).
+- TileLang: `<name>_kernel` for a `@T.prim_func` named `<name>` (the generated CUDA source's `__global__`).
+
+JIT compilation and its caches. torch's extension builder runs in the build stage and never in the execution
+child (sandbox/build/no_build.py). The JIT languages compile when the candidate asks them to, which for most
+candidates is in `forward`, with the shapes of the call; their target is pinned for both children (`jit_env`:
+sm_90a on the H100/H200 hosts), since the build child has no device to ask.
+
+- TileLang compiles with nvcc (11-18 s for one kernel on the 2-core CPU machine, no GPU needed) and keeps what it
+  built in `TILELANG_CACHE_DIR`, a folder of the build directory. The build stage calls ModelNew once per
+  judged shape on uninitialised host tensors (sandbox/child/harness.py `precompile_jit`): every kernel compiles
+  there, the call then fails to launch, and the execution child finds the kernels in the cache (a process's
+  first call: 11.6 s compiling, 0.33 s from the cache). A candidate naming its own target (`target="cuda"`)
+  compiles for sm_50 in the build child ("Unable to detect CUDA version") and again, for the card, in the
+  execution child.
+- CuTe DSL compiles through MLIR in-process (0.5-1.0 s per kernel on the CPU machine, no GPU needed; the shapes
+  are part of the compiled kernel). `cute.compile` keeps the result in the calling process only, so a compile in
+  the build child would be lost: it compiles in the execution child, on the first call of each shape.
+- Triton compiles on its first launch into `TRITON_CACHE_DIR`, also in the build directory.
+
+A compile left to the execution child runs on the candidate's first call of a shape, a correctness trial:
+before the estimate and before any timed call, never inside one, but while the device is held; those seconds
+are in the verdict's `device_held_s` (the GPU run of the language corpus, tests/corpus/cuda/*_cute.py and
+*_tilelang.py, measures them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class Language:
+    id: str
+    """What a client names it by (`kernel-judge prompt --language ID`)."""
+    name: str
+    """What people call it, in diagnoses."""
+    module: str | None
+    """The top-level package that must import for the language to be judged; None: always judged."""
+    declares: re.Pattern[str]
+    """Finds the names of the kernels the candidate's source declares (group 1)."""
+    device_name: str
+    """How a declared kernel `{}` appears in the name of the device kernel that ran."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of the build and execution children, `{build}` standing for their build directory."""
+
+
+LANGUAGES = (
+    Language(id="cuda", name="CUDA C++ or C++ extensions built with torch.utils.cpp_extension (load_inline)",
+             module=None, declares=re.compile(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)"),
+             device_name="{}"),
+    Language(id="triton", name="Triton kernels (@triton.jit)", module="triton",
+             declares=re.compile(r"@triton\.jit[^\n]*\n\s*def\s+(\w+)"), device_name="{}",
+             env={"TRITON_CACHE_DIR": "{build}/triton"}),
+    Language(id="cute", name="CuTe DSL kernels (nvidia-cutlass-dsl, @cute.kernel)", module="cutlass",
+             declares=re.compile(r"@(?:cute|cutlass\.cute)\.kernel\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)"),
+             device_name="kernel_cutlass_{}", env={"CUTE_DSL_CACHE_DIR": "{build}/cute"}),
+    Language(id="tilelang", name="TileLang kernels (@T.prim_func)", module="tilelang",
+             declares=re.compile(r"@(?:T|tilelang\.language)\.prim_func\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)"),
+             device_name="{}_kernel", env={"TILELANG_CACHE_DIR": "{build}/tilelang"}),
+)
+BY_ID = {language.id: language for language in LANGUAGES}
+JIT_SHAPES_ENV = "JUDGE_JIT_SHAPES"
+"""The build child's environment variable naming (as JSON) the shapes the execution will judge, which a JIT
+language compiles for in the build stage (sandbox/child/harness.py `precompile_jit`)."""
+PRECOMPILED = ("tilelang",)
+"""The languages whose build-stage compile the execution child finds again: TileLang's cache is on disk in the
+build directory. CuTe DSL's `cute.compile` keeps its result in the process that called it, so compiling it in
+the build child would be lost there."""
+IDS = tuple(BY_ID)
+
+
+def installed(module: str) -> bool:
+    """Whether `module`'s top-level package is installed in this (the judge's) environment.
+
+    Only its spec is looked up: nothing of the package runs (a dotted name's spec would import its parent,
+    so the top level alone is asked). The execution child runs the same interpreter and site-packages.
+    """
+    top = module.split(".")[0]
+    if top in sys.modules or top in sys.builtin_module_names:  # imported already (find_spec would read its
+        return True                                            # __spec__, which __main__ may lack)
+    return importlib.util.find_spec(top) is not None
+
+
+def available() -> list[Language]:
+    """The languages this host judges, in the order of LANGUAGES."""
+    return [language for language in LANGUAGES if language.module is None or installed(language.module)]
+
+
+def kernel_names(source: str) -> frozenset[str]:
+    """The substrings that identify the candidate's own kernels among the device kernels that ran: every
+    kernel its source declares, in every language, as that language names it on the device."""
+    names: set[str] = set()
+    for language in LANGUAGES:
+        names |= {language.device_name.format(name) for name in language.declares.findall(source)}
+    return frozenset(names)
+
+
+def child_env(build_dir: str) -> dict[str, str]:
+    """The JIT caches of every language, inside the candidate's build directory."""
+    return {key: value.format(build=build_dir) for language in LANGUAGES for key, value in language.env.items()}
+
+
+def arch_list() -> str:
+    """The architectures builds target: TORCH_CUDA_ARCH_LIST, else the visible GPUs', else Hopper's 9.0."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    if torch.cuda.is_available():
+        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+        return ";".join(f"{major}.{minor}" for major, minor in caps)
+    return "9.0"
+
+
+def jit_env(architectures: str) -> dict[str, str]:
+    """The JIT languages' target, the same in the build child (which has no device to ask) and the execution
+    child, so that what one compiles the other finds in the cache: the newest architecture of the list, with the
+    architecture-specific features (sm_90a: wgmma, TMA) that TileLang and CuTe DSL use from Hopper on."""
+    newest = architectures.replace(",", ";").split(";")[-1].strip().removesuffix("+PTX")
+    major, minor = newest.split(".")
+    arch = f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"
+    return {"CUTE_DSL_ARCH": arch, "TILELANG_DEFAULT_TARGET": json.dumps({"kind": "cuda", "arch": arch})}
