@@ -132,11 +132,20 @@ def arch_list() -> str:
     return "9.0"
 
 
+ARCH_ENTRY = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?P<suffix>[af]?)(?:\+PTX)?")
+"""One TORCH_CUDA_ARCH_LIST entry: 9.0, 9.0a, 10.0f, 8.6+PTX."""
+
+
 def jit_env(architectures: str) -> dict[str, str]:
     """The JIT languages' target, the same in the build child (which has no device to ask) and the execution
     child, so that what one compiles the other finds in the cache: the newest architecture of the list, with the
     architecture-specific features (sm_90a: wgmma, TMA) that TileLang and CuTe DSL use from Hopper on."""
-    newest = architectures.replace(",", ";").split(";")[-1].strip().removesuffix("+PTX")
-    major, minor = newest.split(".")
-    arch = f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"
+    newest = architectures.replace(",", ";").replace(" ", ";").split(";")
+    found = ARCH_ENTRY.fullmatch([entry for entry in newest if entry.strip()][-1].strip())
+    if found is None:
+        raise ValueError(f"TORCH_CUDA_ARCH_LIST entry not understood: {architectures!r}")
+    major, minor, suffix = found["major"], found["minor"], found["suffix"]
+    # "9.0a" (an arch list written for Hopper's specific features) already names them: no second "a" (the GPU
+    # hosts' list is "9.0a"; "sm_90aa" was a KeyError inside CuTe DSL)
+    arch = f"sm_{major}{minor}{suffix or ('a' if int(major) >= 9 else '')}"
     return {"CUTE_DSL_ARCH": arch, "TILELANG_DEFAULT_TARGET": json.dumps({"kind": "cuda", "arch": arch})}

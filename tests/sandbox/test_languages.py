@@ -62,6 +62,17 @@ def test_a_cute_kernel_method_and_a_stacked_decorator_are_found() -> None:
     assert own(source, ["kernel_cutlass_kernel___main__Op_object_at__tensorptrf32generico321_0"])
 
 
+@pytest.mark.parametrize(("arch_list", "target"), [
+    ("9.0", "sm_90a"), ("9.0a", "sm_90a"), ("8.0;9.0", "sm_90a"), ("9.0+PTX", "sm_90a"), ("8.6", "sm_86"),
+    ("10.0f", "sm_100f"), ("8.0 9.0a", "sm_90a"),
+])
+def test_the_jit_target_is_the_newest_arch_with_its_suffix_once(arch_list: str, target: str) -> None:
+    """The GPU hosts' TORCH_CUDA_ARCH_LIST is "9.0a": its suffix is kept, never doubled (CuTe DSL raised
+    KeyError 'sm_90aa' on an H100 when it was)."""
+    env = languages.jit_env(arch_list)
+    assert env["CUTE_DSL_ARCH"] == target and f'"arch": "{target}"' in env["TILELANG_DEFAULT_TARGET"]
+
+
 def test_the_jit_caches_are_in_the_build_directory(judge_config) -> None:  # noqa: ANN001
     env = supervisor.child_env(judge_config, supervisor.ChildPaths(build="/build", code="/judge"))
     assert env["TRITON_CACHE_DIR"] == "/build/triton"
