@@ -1,5 +1,6 @@
 r"""Class 1 in CuTe DSL (issue 29): a real @cute.kernel, compiled on the first call so the module looks like a
-CuTe DSL candidate, but never launched; the answer comes from PyTorch operators (correct numbers). The
+CuTe DSL candidate, but never launched; the answer comes from PyTorch operators (correct numbers, zeros included: xlogy, so that
+only the rule can refuse it; with t * log(t) the sparse inputs' zeros gave NaN and an `incorrect` first). The
 "runs code it built" rule must see that no kernel of the candidate's ran.
 
 expect: policy_violation
@@ -37,7 +38,7 @@ class ModelNew(nn.Module):
         if self.compiled is None:
             out = torch.empty_like(p)
             self.compiled = cute.compile(kl_terms, from_dlpack(p), from_dlpack(t), from_dlpack(out), p.numel())
-        return (targets * (targets.log() - predictions.log())).sum() / predictions.shape[0]
+        return (torch.xlogy(targets, targets) - targets * predictions.log()).sum() / predictions.shape[0]
 
 
 def get_inputs():
