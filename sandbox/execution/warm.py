@@ -258,14 +258,18 @@ class WarmPool:
     """`spares` pre-started children per device, each for exactly one candidate (module docstring)."""
 
     def __init__(self, devices: Iterable[str], config: JudgeConfig | None = None, *, spares: int = 1,
-                 max_age_s: float = DEFAULT_MAX_AGE_S, task_id: str | None = None, precalibrate: bool = True) -> None:
+                 max_age_s: float = DEFAULT_MAX_AGE_S, task_id: str | None = None, precalibrate: bool = True,
+                 between_candidates: bool | None = None) -> None:
         """`task_id`: the task to begin the first spares for (else the first `acquire` names it).
-        `precalibrate`: run the calibration on the spare (else `execute` runs it, on the candidate's clock)."""
+        `precalibrate`: run the calibration on the spare (else `execute` runs it, on the candidate's clock).
+        `between_candidates`: start a spare only while no candidate of its device is in flight; None: on CPU
+        devices only (module docstring). False on the CPU runs the GPU's scheduling there (tests, benches)."""
         self.config = config or JudgeConfig()
         _warn_if_uncached()
         self.spares = max(1, spares)
         self.max_age_s = max_age_s
         self.precalibrate = precalibrate
+        self.between_candidates = between_candidates
         self._cond = threading.Condition()
         self._closed = threading.Event()
         self._handed: set[ChildSession] = set()
@@ -387,7 +391,8 @@ class WarmPool:
 
     def _starter(self, slot: _Slot) -> None:
         """One of the device's starters (one per spare): keeps `spares` ready or under way."""
-        is_cpu = torch.device(slot.device).type == "cpu"
+        is_cpu = (torch.device(slot.device).type == "cpu" if self.between_candidates is None
+                  else self.between_candidates)
         while not self._closed.is_set():
             with self._cond:
                 for child in list(slot.ready):
