@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.execution import start_slots
+
 
 def _default_build_root() -> Path:
     return Path(os.environ.get("JUDGE_BUILD_ROOT", Path.home() / ".cache" / "kernel-judge" / "builds"))
@@ -13,6 +15,10 @@ def _default_build_root() -> Path:
 
 def _default_cache_root() -> Path:
     return Path(os.environ.get("JUDGE_CACHE_ROOT", Path.home() / ".cache" / "kernel-judge"))
+
+
+def _default_start_slots() -> int:
+    return int(os.environ.get("JUDGE_SPARE_START_SLOTS", "0")) or start_slots.default_count()
 
 
 @dataclass(frozen=True)
@@ -79,4 +85,12 @@ class JudgeConfig:
     """A pre-started child (sandbox/execution/warm.py) creates its device context while it starts, beside whatever
     candidate is being timed, rather than inside the device gate (scripts/experiments/measure_spare_overlap.py measures
     what a context creation does to a kernel timed beside it)."""
+    spare_start_slots: int = field(default_factory=_default_start_slots)
+    """Pre-started children (sandbox/execution/warm.py) in their CPU-only start at once on this host, counted across
+    every worker process that shares cache_root (sandbox/execution/start_slots.py); JUDGE_SPARE_START_SLOTS, default
+    a quarter of the CPUs, at least 1. A start is ~3 s of one core (bubblewrap, Python, `import torch`) on an H100
+    host; all of a host's spares started at once (two workers, 3-6 per GPU) slowed one another and the builds, and
+    the GPUs waited for spares (docs/results/fleet-h100x2-2026-11-26.md). A quarter of the cores still starts ~1
+    spare a second on a 16-core host, more than one GPU uses (one per 0.5-2 s of device time, the shortest only in
+    bursts that the pool's stock absorbs), and leaves the rest to the builds (compile workers x compile_jobs)."""
     check_extra_shapes: bool = True
