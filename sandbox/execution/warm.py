@@ -430,10 +430,11 @@ class WarmPool:
                     child.discard()
                     changed = True
         wanted = slot.want_task
-        if (wanted is not None and len(slot.ready) + slot.warming >= self.spares
+        if (wanted is not None and not slot.warming and len(slot.ready) >= self.spares
                 and not any(c.task_id == wanted for c in slot.ready)):
             # Ready spares of the other tasks are kept while there is room (tasks that alternate are served
-            # without a set-up each); full, the oldest of them makes room for the task asked for.
+            # without a set-up each); full, the oldest of them makes room for the task asked for. Not while a
+            # set-up runs: it is for the task asked for, or it ends soon and this is decided again.
             others = [c for c in slot.ready if c.task_id != wanted]
             if others:
                 slot.ready.remove(others[0])
