@@ -88,9 +88,11 @@ class JudgeConfig:
     spare_start_slots: int = field(default_factory=_default_start_slots)
     """Pre-started children (sandbox/execution/warm.py) in their CPU-only start at once on this host, counted across
     every worker process that shares cache_root (sandbox/execution/start_slots.py); JUDGE_SPARE_START_SLOTS, default
-    a quarter of the CPUs, at least 1. A start is ~3 s of one core (bubblewrap, Python, `import torch`) on an H100
-    host; all of a host's spares started at once (two workers, 3-6 per GPU) slowed one another and the builds, and
-    the GPUs waited for spares (docs/results/fleet-h100x2-2026-11-26.md). A quarter of the cores still starts ~1
-    spare a second on a 16-core host, more than one GPU uses (one per 0.5-2 s of device time, the shortest only in
-    bursts that the pool's stock absorbs), and leaves the rest to the builds (compile workers x compile_jobs)."""
+    half the CPUs, at least 1. A start is ~3 s of one core (bubblewrap, Python, `import torch`) on an H100 host,
+    and there starts scale with the cores (6 at once: 3.5 s each against 2.9 alone,
+    docs/results/spare-start-h100-2026-11-25b.md). Half the cores (16 on a two-GPU host, 8 on a one-GPU one) leaves
+    the workers' default pools (7 children per GPU) uncapped and caps only what would crowd out the builds and the
+    candidates' parent work: every spare of a host at once (many GPUs, or large JUDGE_WARM_* settings). Fewer is
+    not faster where cores are idle, and on a host shared with other busy processes it is slower (each start gets
+    one process's share of the CPU: docs/results/spare-supply-cpu-2026-11-26.md)."""
     check_extra_shapes: bool = True

@@ -2,11 +2,11 @@
 at once on this host, across every worker process on it.
 
 A spare's CPU-only start (bubblewrap, the interpreter, `import torch` and the judge's modules, up to the child's
-`Started`) is ~3 s of one core on an H100 host. Started all at once, as every worker fills its pools when it
-begins and again after a burst of short candidates, the starts slow one another and the builds beside them, and
-every spare is late together (docs/results/fleet-h100x2-2026-11-26.md: two workers, 3 or 6 spares per GPU, the
-GPUs waited for spares). A slot is held from the spawn to `Started`; a start that finds none free waits, so
-starts come one after another at the rate the host can give them instead of all at once.
+`Started`) is ~3 s of one core on an H100 host. Every worker fills its pools when it begins and again after a run of
+short candidates; where the spares of all a host's workers (many GPUs, large pools) outnumber its idle cores, the
+starts slow one another, the builds and the candidates' parent work beside them. A slot is held from the spawn to
+`Started`; a start that finds none free waits, so that starts beyond the cap come as slots free up. The cap does
+not make starts faster where cores are idle (JudgeConfig.spare_start_slots says how it is sized).
 
 Across processes: slot `i` is an `flock` on `<directory>/slot-<i>.lock`. The kernel releases a lock when its
 process dies, so a killed worker never leaks a slot, and locks taken through separate opens exclude each other
@@ -79,5 +79,5 @@ class HostStartSlots:
 
 
 def default_count(cpus: int | None = None) -> int:
-    """A quarter of the host's CPUs, at least one (JudgeConfig.spare_start_slots says why)."""
-    return max(1, (cpus if cpus is not None else os.cpu_count() or 1) // 4)
+    """Half the host's CPUs, at least one (JudgeConfig.spare_start_slots says why)."""
+    return max(1, (cpus if cpus is not None else os.cpu_count() or 1) // 2)

@@ -8,7 +8,7 @@ device started ahead of time, and `sandbox.execute(..., child=pool.acquire(devic
 A spare's life, in two stocks per device:
 
     spawned: bubblewrap + Python + `import torch` (CPU only), holding one of the host's start slots
-      (sandbox/execution/start_slots.py: a few at a time across the host's workers, not all at once)
+      (sandbox/execution/start_slots.py: a cap on the starts at once across the host's workers)
                                                                  --Started-->  standby: no task, device untouched
     set up: Begin(task) once the device is quiet (sandbox/execution/device_gate.py)  --Ready-->  context, tripwires,
       clock; calibrated: the clock's overhead and the empty timed calls, by `Execution.calibrate` itself, as a

@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     """On SIGTERM a worker finishes running jobs for up to this long, releasing everything else."""
     warm_spares: int | None = None
     """Pre-started judge children kept ready per device (sandbox/execution/warm.py): a candidate is handed one with
-    its interpreter, torch and device context already up, so the start-up is not on the device's clock. Unset: two
+    its interpreter, torch and device context already up, so the start-up is not on the device's clock. Unset: three
     per GPU (service/worker/judging.py GPU_SPARES) and none for the CPU device (whose spare may only start
     while no candidate is timed, so it buys no throughput there); 0: a child per candidate (cold) everywhere;
     N: N per device, the CPU included."""

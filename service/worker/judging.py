@@ -56,16 +56,15 @@ def judge_config(settings: Settings) -> JudgeConfig:
     return config
 
 
-GPU_SPARES = 2
-"""Ready spares per GPU by default. A ready spare holds a device context, and its set-up is device work kept out
-of the candidates' timed phases; what keeps up with short candidates is the standby stock behind it, each of
-which is a set-up (~0.5 s) away from ready. With no standby, every replacement waited for a whole start (~3 s
-of CPU with bytecode caches), and 3 or 6 ready spares per GPU still left the GPUs waiting
-(docs/results/fleet-h100x2-2026-11-26.md)."""
+GPU_SPARES = 3
+"""Ready spares per GPU by default: a ready spare holds a device context, and a short candidate (~0.5 s) takes one
+at once. Three, as the fleet runs measured them (docs/results/fleet-h100x2-2026-11-26.md: 6 did worse); what they
+lacked was supply behind them, every replacement a whole start (~3.5 s of CPU), which the standby stock
+(`GPU_STANDBY`) turns into a set-up (~0.5 s)."""
 GPU_STANDBY = 4
-"""Standby children per GPU by default (Settings.warm_standby): enough for a run of short candidates (a rejected
-one holds the GPU ~0.5 s) to be served while the host's start slots refill them at ~1 a second
-(JudgeConfig.spare_start_slots); each costs host memory only."""
+"""Standby children per GPU by default (Settings.warm_standby): with the 3 ready, 7 candidates of a run of short
+ones (a rejected one holds the GPU ~0.5 s) are served while the spawners refill standby (~3.5 s a start, 7 per GPU
+side by side within the host's start slots, JudgeConfig.spare_start_slots); each costs host memory only."""
 
 
 @dataclass

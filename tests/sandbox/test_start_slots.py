@@ -103,6 +103,6 @@ def test_a_waiter_stops_when_its_pool_closes(tmp_path: Path) -> None:
     assert outcome == ["aborted"]
 
 
-@pytest.mark.parametrize(("cpus", "slots"), [(1, 1), (2, 1), (16, 4), (32, 8)])
-def test_the_default_is_a_quarter_of_the_cpus(cpus: int, slots: int) -> None:
+@pytest.mark.parametrize(("cpus", "slots"), [(1, 1), (2, 1), (16, 8), (32, 16)])
+def test_the_default_is_half_the_cpus(cpus: int, slots: int) -> None:
     assert default_count(cpus) == slots
