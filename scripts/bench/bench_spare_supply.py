@@ -111,7 +111,8 @@ def report(result: dict[str, Any]) -> str:
              show("waiting for the device gate", [s["gate_wait_s"] for s in spares]),
              show("device set-up (Begin to Ready)", [s["device_s"] for s in spares]),
              show("a spare's spawn to ready", [s["start_to_ready_s"] for s in spares]),
-             show("pool opened to a spare ready", [s["open_to_ready_s"] for s in spares]),
+             show("the first ask (the pool's opening, unless filled first) to a spare ready",
+                  [s["open_to_ready_s"] for s in spares]),
              f"- pool at the end: {result['pool']}"]
     return "\n".join(lines)
 
