@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.execution import start_slots
+
 
 def _default_build_root() -> Path:
     return Path(os.environ.get("JUDGE_BUILD_ROOT", Path.home() / ".cache" / "kernel-judge" / "builds"))
@@ -13,6 +15,10 @@ def _default_build_root() -> Path:
 
 def _default_cache_root() -> Path:
     return Path(os.environ.get("JUDGE_CACHE_ROOT", Path.home() / ".cache" / "kernel-judge"))
+
+
+def _default_start_slots() -> int:
+    return int(os.environ.get("JUDGE_SPARE_START_SLOTS", "0")) or start_slots.default_count()
 
 
 @dataclass(frozen=True)
@@ -79,4 +85,14 @@ class JudgeConfig:
     """A pre-started child (sandbox/execution/warm.py) creates its device context while it starts, beside whatever
     candidate is being timed, rather than inside the device gate (scripts/experiments/measure_spare_overlap.py measures
     what a context creation does to a kernel timed beside it)."""
+    spare_start_slots: int = field(default_factory=_default_start_slots)
+    """Pre-started children (sandbox/execution/warm.py) in their CPU-only start at once on this host, counted across
+    every worker process that shares cache_root (sandbox/execution/start_slots.py); JUDGE_SPARE_START_SLOTS, default
+    half the CPUs, at least 1. A start is ~3 s of one core (bubblewrap, Python, `import torch`) on an H100 host,
+    and there starts scale with the cores (6 at once: 3.5 s each against 2.9 alone,
+    docs/results/spare-start-h100-2026-11-25b.md). Half the cores (16 on a two-GPU host, 8 on a one-GPU one) leaves
+    the workers' default pools (7 children per GPU) uncapped and caps only what would crowd out the builds and the
+    candidates' parent work: every spare of a host at once (many GPUs, or large JUDGE_WARM_* settings). Fewer is
+    not faster where cores are idle, and on a host shared with other busy processes it is slower (each start gets
+    one process's share of the CPU: docs/results/spare-supply-cpu-2026-11-26.md)."""
     check_extra_shapes: bool = True

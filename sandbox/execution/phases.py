@@ -218,7 +218,7 @@ class Execution:
     def stage(self, stage: Stage) -> Iterator[None]:
         """The one way to time a phase: wall seconds in `stages`, the parent's CPU seconds beside them."""
         self.current = stage
-        with self.warm.gate.phase(stage.value, self.stages) if self.warm is not None else contextlib.nullcontext():
+        with self.warm.phase(stage.value, self.stages) if self.warm is not None else contextlib.nullcontext():
             with timed(self.stages, stage.value, self.parent_cpu_s):
                 yield
 

@@ -2,18 +2,39 @@
 calibration) paid ahead of need, so that a candidate holds the device only for its own work.
 
 Measured on an H100 (torch 2.11, bubblewrap): starting a judge child to its `Ready` took 8-11 s of the
-12-26 s a candidate held the GPU. None of that depends on the candidate, so a `WarmPool` keeps `spares`
-children per device started ahead of time, and `sandbox.execute(..., child=pool.acquire(device, task))`
-hands one a candidate.
+12-26 s a candidate held the GPU. None of that depends on the candidate, so a `WarmPool` keeps children per
+device started ahead of time, and `sandbox.execute(..., child=pool.acquire(device, task))` hands one a candidate.
 
-A spare's life (the device's "starters", one thread per spare, do all but the last two steps):
+A spare's life, in two stocks per device:
 
-    spawned: bubblewrap + Python + `import torch` (CPU only)      --Started-->  waiting, the device untouched
-    Begin(task) once the device is quiet (see the gate below)     --Ready-->    context, tripwires, clock
-    calibrated: the clock's overhead and the empty timed calls, by `Execution.calibrate` itself, as a cold
-      start runs them (they are stored and `execute` adopts them)  -->          ready
+    spawned: bubblewrap + Python + `import torch` (CPU only), holding one of the host's start slots
+      (sandbox/execution/start_slots.py: a cap on the starts at once across the host's workers)
+                                                                 --Started-->  standby: no task, device untouched
+    set up: Begin(task) once the device is quiet (sandbox/execution/device_gate.py)  --Ready-->  context, tripwires,
+      clock; calibrated: the clock's overhead and the empty timed calls, by `Execution.calibrate` itself, as a
+      cold start runs them (they are stored and `execute` adopts them)                           -->  ready
     acquire: handed to ONE candidate: `execute` copies the build into the spare's own directory (bound at its
       /build since it started, so the child sees it), loads it, judges it, and kills the child at the end.
+
+`spares` ready children and `standby` host-started ones are kept per device. A ready spare costs device memory
+(its context) and its set-up is device work; a standby one costs host memory only. Why both: the CPU-only start
+(~3 s on an H100 host with bytecode caches, sandbox/execution/bytecode.py; 8-11 s without) is what cannot keep up
+when short candidates (a rejected one holds the device ~0.5 s) come one after another; from standby a
+replacement is only its set-up away (~0.5 s). With only ready spares (`standby=0`), every replacement waited for
+a whole start, and on the two-GPU host the GPUs waited for spares (docs/results/fleet-h100x2-2026-11-26.md).
+
+Threads, per device: `spares + standby` spawners (each waits for a start slot, spawns, and puts its child in
+standby; bubblewrap's --die-with-parent fires when the *thread* that started a child exits, so a spawner lives
+until `close`, sandbox/isolation.py), and one set-up thread, which takes the oldest standby child through the
+gate: one set-up at a time per device.
+
+When a set-up starts (the idle gaps): at once when no ready spare is left, or when no candidate of the device is
+in flight; otherwise only while the candidate handed out last is still in its untimed start (load,
+correctness: it has begun no timed phase, `DeviceGate.timed_begun`), so that the set-up runs beside those and is
+over before that candidate's timing, rather than at a random moment that makes the timing wait. On the CPU
+device the CPU itself is what is timed and a start is all CPU work, so there (`between_candidates`) a spare is
+spawned and set up only while no candidate of its device is in flight: no gain in throughput on the CPU, which
+exists to test the pipeline, and no candidate's time is perturbed.
 
 Isolation stays fresh per candidate: every spare has its own new work directory and sandbox, serves exactly
 one candidate and is then killed; nothing of one candidate can reach the next. A spare is never reused,
@@ -22,36 +43,18 @@ and one that died (killed, crashed, its wall limit) or is older than `max_age_s`
 Failure attribution is unchanged: no candidate code runs in a spare until `load`, so a spare that fails
 before that is the judge's failure (discarded and replaced here; `system_error` if it happens in `execute`).
 
-The device gate (`DeviceGate`): a spare's device set-up (context creation, the tripwires' probe calls, the
-calibration's empty calls) runs kernels and allocates device memory; beside a candidate being timed on the
-same device it would perturb that candidate's times (time-slicing between contexts, memory traffic). The
-chosen order: a spare's device phase waits until no candidate on that device is in a timed phase
-(`TIMED_STAGES`), and a timed phase that starts while a spare's device phase runs waits for it to end (at
-most `WARMING_WAIT_S`, then the spare is killed and replaced). So the two never overlap, and the usual wait
-is zero: the spare's CPU-only start overlaps the current candidate freely, and its device phase (short next
-to the start) fits in the current candidate's load and correctness, or after its timing. A wait, when
-there is one, is the candidate's device time and is recorded (`device_gate_wait` in its stages). Why not
-"only after the current candidate ends": then every start's device phase would sit between two candidates
-with the device idle. On the CPU device the CPU itself is what is timed and a start is all CPU work, so
-there a spare starts only while no candidate of its device is in flight (between candidates): no gain in
-throughput on the CPU, which exists to test the pipeline, and no candidate's time is perturbed.
-
 Calibrating ahead: the empty calls measure what a round trip costs the child (its CPU time and the parent's
 window); measured on a spare, they may run beside the current candidate's untimed stages on the same device.
-Only the CPU-time bound (sandbox/execution/plausibility.py) uses them, and a busier device makes them costlier, which
-loosens that bound for the next candidate, never tightens it (on a GPU that bound is loose by design; the
-events and speed-of-light decide there). `precalibrate=False` runs them after the hand-over instead.
+Only the CPU-time bound (sandbox/execution/plausibility.py) uses them, and a busier device makes them costlier,
+which loosens that bound for the next candidate, never tightens it (on a GPU that bound is loose by design; the
+events and speed-of-light decide there). `precalibrate=False` runs them after the hand-over instead. A candidate
+on a precalibrated spare does not take the gate for its calibration stage: it only adopts the spare's figures.
 
-A spare begins for the task most recently asked for on its device (the `Begin` comes as late as possible, so
-a task switch before it costs nothing); asked for another task, ready spares are retired and one is
-started for the new task, and that wait is reported (`acquire_wait_s` in the verdict's cost).
-
-Each device's spares are started by that device's starter threads, one per spare, so that the CPU-only
-starts (2.9-3.5 s on the H100's host, three or six at once, once its modules had bytecode caches: without
-them 8-11 s, sandbox/execution/bytecode.py) overlap each other and the device phases follow one another through the
-gate: with one starter, a spare came every ~9 s and capped a device near 400 candidates an hour. A starter
-lives until `close`: bubblewrap's --die-with-parent fires when the *thread* that started it exits
-(sandbox/isolation.py). `close` kills every child the pool started, handed out or not.
+A spare is set up for the task most recently asked for on its device (as late as possible: a standby child has
+no task, so a task switch costs a set-up, not a start). Ready spares of another task are kept while there is
+room, so that tasks asked for in turn are each served from stock; when the task asked for has no ready spare and
+the ready places are full, the oldest spare of another task is retired to make room, and the wait is reported
+(`acquire_wait_s` in the verdict's cost). `close` kills every child the pool started, handed out or not.
 """
 
 from __future__ import annotations
@@ -64,110 +67,70 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ContextManager, TypeVar
 
 import torch
 from typing_extensions import Self
 
 from reference import get_task
-from sandbox.execution import bytecode
 from sandbox import protocol as msg
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
+from sandbox.execution import bytecode
+from sandbox.execution.device_gate import TIMED_STAGES, WARMING_WAIT_S, DeviceGate, GateClosed
 from sandbox.execution.phases import READY_TIMEOUT_S, Stage, TimedCall
+from sandbox.execution.start_slots import HostStartSlots, SlotWaitAborted
 from sandbox.execution.training import execution_class
 from sandbox.supervisor import ChildSession
 from sandbox.verdict import Environment
 
+__all__ = ["TIMED_STAGES", "WARMING_WAIT_S", "DeviceGate", "WarmChild", "WarmPool"]
+
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=msg.Reply)
 
-TIMED_STAGES = frozenset({"baselines", "calibration", "timing"})
-"""A candidate's stages (sandbox/execution/phases.py) whose measurements a spare's device set-up would perturb."""
-WARMING_WAIT_S = 30.0
-"""Longest a timed phase waits for a spare's device set-up to end before that spare is killed: context
-creation and calibration take seconds; a set-up still running after this is stuck, not slow."""
 DEFAULT_MAX_AGE_S = 600.0
 """A spare older than this is recycled: its clocks' calibration and environment (clocks, driver) get stale,
 and a long-lived process is a larger target for anything that goes wrong slowly (leaks, a dying device)."""
 CHECK_INTERVAL_S = 5.0
-"""How often an idle starter looks at its ready spares (dead ones replaced, old ones recycled)."""
+"""How often an idle spawner or set-up thread looks at its spares (dead ones replaced, old ones recycled)."""
 FAILURE_BACKOFF_S = (1.0, 5.0, 30.0)
 """Pause after 1, 2, 3+ consecutive failed starts, so that a broken host does not spin."""
 GIVE_UP_AFTER = 2
 """`acquire` returns None (the caller starts a child itself, and reports that failure) once this many starts
 in a row have failed while it waited."""
+HISTORY = 4096
+"""Start and set-up intervals kept for `timeline` (tests, benches): a few hours of a busy device."""
 
 
 class _Closed(Exception):
     """The pool is closing: stop starting."""
 
 
-class DeviceGate:
-    """Keeps a spare's device set-up and a candidate's timed phases apart on one device (module docstring)."""
+@dataclass(eq=False)
+class Standby:
+    """A spawned child at `Started`: interpreter and torch up, no task yet, the device untouched."""
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._timed = 0
-        self._warming = False
-        self._abort: Callable[[], None] | None = None
-        self._closed = False
+    session: ChildSession
+    work_dir: Path
+    spawned: float
+    started_at: float
+    slot_wait_s: float
+    """Waiting for a host start slot before the spawn (sandbox/execution/start_slots.py)."""
 
-    @contextlib.contextmanager
-    def phase(self, name: str, stages: dict[str, float]) -> Iterator[None]:
-        """A candidate's stage: a timed one waits for a spare's set-up to end, then keeps new ones out."""
-        if name not in TIMED_STAGES:
-            yield
-            return
-        started = time.monotonic()
-        with self._cond:
-            if not self._cond.wait_for(lambda: not self._warming, timeout=WARMING_WAIT_S):
-                log.warning("a spare's device set-up overran %.0f s beside a timed phase: killed", WARMING_WAIT_S)
-                if self._abort is not None:
-                    self._abort()
-                self._cond.wait_for(lambda: not self._warming)  # the starter sees the kill at once
-            self._timed += 1
-        stages["device_gate_wait"] = stages.get("device_gate_wait", 0.0) + time.monotonic() - started
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._timed -= 1
-                self._cond.notify_all()
+    def alive(self) -> bool:
+        return self.session.process.poll() is None
 
-    @contextlib.contextmanager
-    def warming(self) -> Iterator[Callable[[Callable[[], None]], None]]:
-        """A spare's device set-up: waits until no timed phase runs; yields a setter for the abort callback."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._closed or (self._timed == 0 and not self._warming))
-            if self._closed:
-                raise _Closed
-            self._warming = True
+    def age_s(self) -> float:
+        return time.monotonic() - self.spawned
 
-        def set_abort(abort: Callable[[], None]) -> None:
-            with self._cond:
-                self._abort = abort
-
-        try:
-            yield set_abort
-        finally:
-            with self._cond:
-                self._warming, self._abort = False, None
-                self._cond.notify_all()
-
-    @property
-    def busy(self) -> tuple[int, bool]:
-        """(timed phases running, a spare warming): for tests and diagnostics."""
-        with self._cond:
-            return self._timed, self._warming
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+    def discard(self) -> None:
+        _kill(self.session)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
 @dataclass(eq=False)
@@ -194,6 +157,14 @@ class WarmChild:
     environment: Environment | None
     """Read when the spare became ready (inside the gate: nvidia-smi is not run beside a timed candidate)."""
     ready_at: float
+    slot_wait_s: float = 0.0
+    """Waiting for a host start slot before the spawn."""
+    standby_s: float = 0.0
+    """`Started` to the start of its set-up: in standby, then waiting for an idle gap."""
+    environment_s: float = 0.0
+    """Reading the environment (nvidia-smi on a GPU), inside the gate."""
+    began_at: float = 0.0
+    """When its set-up began (the gate passed, `Begin` sent)."""
     handed_at: float | None = None
     acquire_wait_s: float = 0.0
     """How long the `acquire` that returned this child waited for it (0 when a spare was ready)."""
@@ -211,15 +182,23 @@ class WarmChild:
         self.session.process.restart_clock(wall_s)
         return self.session
 
+    def phase(self, stage: str, stages: dict[str, float]) -> ContextManager[None]:
+        """The gate's phase for the candidate's `stage`; none for a calibration the spare ran already (the
+        candidate adopts its figures and touches no device, so it need not wait for another spare's set-up)."""
+        if stage == Stage.CALIBRATION.value and self.empty_calls is not None:
+            return contextlib.nullcontext()
+        return self.gate.phase(stage, stages)
+
     def pre_stages(self) -> dict[str, float]:
         """What this child's start cost before the candidate was handed over (not device time of the candidate)."""
         return {"pre_start": self.host_s + self.device_s, "pre_calibration": self.calibration_s}
 
     def cost(self) -> dict[str, Any]:
         idle = (self.handed_at or time.monotonic()) - self.ready_at
-        return {"host_s": round(self.host_s, 4), "gate_wait_s": round(self.gate_wait_s, 4),
+        return {"host_s": round(self.host_s, 4), "slot_wait_s": round(self.slot_wait_s, 4),
+                "standby_s": round(self.standby_s, 4), "gate_wait_s": round(self.gate_wait_s, 4),
                 "device_s": round(self.device_s, 4), "setup_s": {k: round(v, 4) for k, v in self.setup_s.items()},
-                "calibration_s": round(self.calibration_s, 4),
+                "calibration_s": round(self.calibration_s, 4), "environment_s": round(self.environment_s, 4),
                 "idle_s": round(idle, 4), "acquire_wait_s": round(self.acquire_wait_s, 4)}
 
     def discard(self) -> None:
@@ -233,51 +212,78 @@ def _kill(session: ChildSession) -> None:
     session.close(timeout_s=5.0)
 
 
+@dataclass(frozen=True)
+class Interval:
+    """One spawn (spawn to `Started`) or one set-up (gate passed to ready) on `device`: `timeline`'s rows."""
+
+    device: str
+    kind: str
+    """"spawn" or "set_up"."""
+    begin: float
+    end: float
+
+
 @dataclass
 class _Slot:
-    """One device: its gate, its ready spares, and what its starters are doing."""
+    """One device: its gate, its stocks, and what its threads are doing."""
 
     device: str
     gate: DeviceGate = field(default_factory=DeviceGate)
     ready: list[WarmChild] = field(default_factory=list)
+    standby: list[Standby] = field(default_factory=list)
     want_task: str | None = None
     starting: set[ChildSession] = field(default_factory=set)
-    """Spares between spawn and ready (killed by `close`)."""
-    pending: int = 0
-    """Starts under way (counted from the decision to start, before the spawn, so that starters agree)."""
+    """Children between spawn and ready, standby ones included (killed by `close`)."""
+    spawning: int = 0
+    """Spawns under way (counted from the decision to spawn, before the start slot, so that spawners agree)."""
+    warming: int = 0
+    """Set-ups under way (counted from the decision, before the gate)."""
     in_flight: int = 0
     """Children handed out whose session is not closed yet (their candidate is being judged)."""
+    handed_mark: int = 0
+    """`gate.timed_begun` when the last child was handed out: equal now means that candidate has begun no timed
+    phase yet, so a set-up now runs beside its untimed start."""
     failures: int = 0
     last_error: str = ""
     threads: list[threading.Thread] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=lambda: {"started": 0, "served": 0, "dead": 0, "recycled": 0,
-                                                            "retired": 0, "failed": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"spawned": 0, "started": 0, "served": 0, "dead": 0,
+                                                            "recycled": 0, "retired": 0, "failed": 0})
 
 
 class WarmPool:
-    """`spares` pre-started children per device, each for exactly one candidate (module docstring)."""
+    """`spares` ready and `standby` host-started children per device, each for exactly one candidate (module
+    docstring)."""
 
     def __init__(self, devices: Iterable[str], config: JudgeConfig | None = None, *, spares: int = 1,
-                 max_age_s: float = DEFAULT_MAX_AGE_S, task_id: str | None = None, precalibrate: bool = True) -> None:
-        """`task_id`: the task to begin the first spares for (else the first `acquire` names it).
-        `precalibrate`: run the calibration on the spare (else `execute` runs it, on the candidate's clock)."""
+                 standby: int = 0, max_age_s: float = DEFAULT_MAX_AGE_S, task_id: str | None = None,
+                 precalibrate: bool = True, between_candidates: bool | None = None,
+                 start_slots: HostStartSlots | None = None) -> None:
+        """`task_id`: the task to set the first spares up for (else the first `acquire` names it).
+        `precalibrate`: run the calibration on the spare (else `execute` runs it, on the candidate's clock).
+        `between_candidates`: spawn and set up a spare only while no candidate of its device is in flight; None:
+        on CPU devices only (module docstring). False on the CPU runs the GPU's scheduling there (tests, benches).
+        `start_slots`: the host's start slots (default: `config.spare_start_slots` of them under cache_root)."""
         self.config = config or JudgeConfig()
         _warn_if_uncached()
         self.spares = max(1, spares)
+        self.standby = max(0, standby)
         self.max_age_s = max_age_s
         self.precalibrate = precalibrate
+        self.between_candidates = between_candidates
+        self.start_slots = start_slots or HostStartSlots(self.config.cache_root / "spare-start-slots",
+                                                         self.config.spare_start_slots)
         self._cond = threading.Condition()
         self._closed = threading.Event()
         self._handed: set[ChildSession] = set()
         """Children handed out and not closed yet: killed at `close` (their candidates are then lost anyway)."""
+        self._history: deque[Interval] = deque(maxlen=HISTORY)
         self._runs_root = self.config.build_root.parent / "runs"
         self._slots = {d: _Slot(d, want_task=task_id) for d in dict.fromkeys(devices)}
         for slot in self._slots.values():
-            # One starter per spare: the spares' CPU-only starts overlap one another; their device phases still
-            # take the gate one at a time.
-            for i in range(self.spares):
-                thread = threading.Thread(target=self._starter, args=(slot,), name=f"warm-{slot.device}-{i}",
-                                          daemon=True)
+            # One spawner per child kept: spawns overlap one another as far as the host's start slots allow.
+            workers = [(self._spawner, f"spawn-{i}") for i in range(self.spares + self.standby)]
+            for target, name in [*workers, (self._setter, "set-up")]:
+                thread = threading.Thread(target=target, args=(slot,), name=f"warm-{slot.device}-{name}", daemon=True)
                 slot.threads.append(thread)
                 thread.start()
 
@@ -312,36 +318,46 @@ class WarmPool:
         return None
 
     def _take(self, slot: _Slot, task_id: str) -> WarmChild | None:
-        """Under the lock: the first ready spare fit to serve, after retiring those that are not."""
-        while slot.ready:
-            child = slot.ready.pop(0)
-            reason = self._unfit(child, task_id)
-            if reason is None:
+        """Under the lock: the oldest ready spare of `task_id` fit to serve (those unfit are discarded first)."""
+        self._tidy(slot)
+        for child in slot.ready:
+            if child.task_id == task_id:
+                slot.ready.remove(child)
                 slot.counts["served"] += 1
                 slot.in_flight += 1
+                slot.handed_mark = slot.gate.timed_begun
                 self._handed.add(child.session)
                 child.session.on_close = functools.partial(self._ended, slot, child.session)
-                self._cond.notify_all()  # the starter starts the next spare now
+                self._cond.notify_all()  # the set-up thread takes the next from standby, a spawner refills it
                 return child
-            slot.counts[reason] += 1
-            child.discard()
         return None
 
-    def _unfit(self, child: WarmChild, task_id: str | None) -> str | None:
+    def _unfit(self, child: WarmChild | Standby) -> str | None:
         if not child.alive():
             return "dead"
         if child.age_s() > self.max_age_s:
             return "recycled"
-        if task_id is not None and child.task_id != task_id:
-            return "retired"
         return None
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per device: spares ready and starting, and how many were started, served, found dead, recycled, retired,
-        failed."""
+        """Per device: spares ready, in standby and starting (spawning or being set up), and how many were spawned,
+        set up ("started"), served, found dead, recycled, retired, failed."""
         with self._cond:
-            return {d: {"ready": len(s.ready), "starting": s.pending, **s.counts, "last_error": s.last_error}
-                    for d, s in self._slots.items()}
+            return self._stats()
+
+    def _stats(self) -> dict[str, dict[str, Any]]:
+        return {d: {"ready": len(s.ready), "standby": len(s.standby), "starting": s.spawning + s.warming,
+                    **s.counts, "last_error": s.last_error} for d, s in self._slots.items()}
+
+    def wait_until(self, predicate: Callable[[dict[str, dict[str, Any]]], bool], timeout_s: float) -> bool:
+        """Block until `predicate(stats())` holds (checked at every change of the pool) or `timeout_s` passes."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self._stats()), timeout=timeout_s)
+
+    def timeline(self) -> list[Interval]:
+        """The spawns and set-ups of the pool's life (the last `HISTORY`), in the order they ended."""
+        with self._cond:
+            return list(self._history)
 
     def ready_children(self, device: str) -> list[WarmChild]:
         """The spares ready on `device` now (still the pool's: for inspection, not for use)."""
@@ -349,29 +365,38 @@ class WarmPool:
             slot = self._slots.get(device)
             return list(slot.ready) if slot else []
 
+    def standby_children(self, device: str) -> list[Standby]:
+        """The standby children of `device` now (still the pool's: for inspection, not for use)."""
+        with self._cond:
+            slot = self._slots.get(device)
+            return list(slot.standby) if slot else []
+
     def gate(self, device: str) -> DeviceGate | None:
         slot = self._slots.get(device)
         return slot.gate if slot else None
 
     def close(self) -> None:
-        """Stop starting, kill every child the pool started (ready, starting, handed out), join the starters."""
+        """Stop starting, kill every child the pool started (ready, standby, starting, handed out), join the
+        threads."""
         self._closed.set()
         with self._cond:
             self._cond.notify_all()
             starting = [session for s in self._slots.values() for session in s.starting]
+        self.start_slots.wake()
         for slot in self._slots.values():
             slot.gate.close()
         for session in starting:
-            session.kill()  # unblocks a starter waiting for Started / Ready
+            session.kill()  # unblocks a thread waiting for Started / Ready
         for slot in self._slots.values():
             for thread in slot.threads:
                 thread.join(timeout=60)
         with self._cond:
-            ready = [c for s in self._slots.values() for c in s.ready]
+            left: list[WarmChild | Standby] = [c for s in self._slots.values() for c in (*s.ready, *s.standby)]
             for s in self._slots.values():
                 s.ready.clear()
+                s.standby.clear()
             handed = list(self._handed)
-        for child in ready:
+        for child in left:
             child.discard()
         for session in handed:
             # `execute` closes its session itself (the pipes are its own); only the processes die here.
@@ -383,44 +408,115 @@ class WarmPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- the starters (one thread per spare and device) ----------------------------------------------------------
+    # --- the pool's threads (per device: spawners and one set-up thread) ----------------------------------------
 
-    def _starter(self, slot: _Slot) -> None:
-        """One of the device's starters (one per spare): keeps `spares` ready or under way."""
-        is_cpu = torch.device(slot.device).type == "cpu"
+    def _quiet(self, slot: _Slot) -> bool:
+        """Spares of this device start only between candidates (module docstring)."""
+        if self.between_candidates is None:
+            return torch.device(slot.device).type == "cpu"
+        return self.between_candidates
+
+    def _tidy(self, slot: _Slot) -> None:
+        """Under the lock: discard the ready and standby children that must not be used (dead, old), and retire a
+        ready spare of another task when the task asked for has none and no place is left to set one up."""
+        changed = False
+        for stock in (slot.ready, slot.standby):
+            for child in list(stock):
+                reason = self._unfit(child)
+                if reason is not None:
+                    stock.remove(child)  # type: ignore[arg-type]
+                    slot.starting.discard(child.session)
+                    slot.counts[reason] += 1
+                    child.discard()
+                    changed = True
+        wanted = slot.want_task
+        if (wanted is not None and not slot.warming and len(slot.ready) >= self.spares
+                and not any(c.task_id == wanted for c in slot.ready)):
+            # Ready spares of the other tasks are kept while there is room (tasks that alternate are served
+            # without a set-up each); full, the oldest of them makes room for the task asked for. Not while a
+            # set-up runs: it is for the task asked for, or it ends soon and this is decided again.
+            others = [c for c in slot.ready if c.task_id != wanted]
+            if others:
+                slot.ready.remove(others[0])
+                slot.counts["retired"] += 1
+                others[0].discard()
+                changed = True
+        if changed:
+            self._cond.notify_all()
+
+    def _may_spawn(self, slot: _Slot) -> bool:
+        kept = len(slot.ready) + slot.warming + len(slot.standby) + slot.spawning
+        if kept >= self.spares + self.standby:
+            return False
+        return not (self._quiet(slot) and (slot.in_flight or slot.spawning or slot.warming))
+
+    def _may_set_up(self, slot: _Slot) -> bool:
+        """A set-up now? Only for a task, from standby, while ready spares are short, and in an idle gap."""
+        if slot.want_task is None or not slot.standby or len(slot.ready) + slot.warming >= self.spares:
+            return False
+        if self._quiet(slot):
+            return not slot.in_flight
+        short = not any(c.task_id == slot.want_task for c in slot.ready)  # the next candidate would wait for it
+        return short or not slot.in_flight or slot.gate.timed_begun == slot.handed_mark
+
+    def _spawner(self, slot: _Slot) -> None:
+        """One of the device's spawners: keeps the device's stocks full, one child at a time, into standby."""
         while not self._closed.is_set():
             with self._cond:
-                for child in list(slot.ready):
-                    reason = self._unfit(child, slot.want_task)
-                    if reason is not None:
-                        slot.ready.remove(child)
-                        slot.counts[reason] += 1
-                        child.discard()
-                if len(slot.ready) + slot.pending >= self.spares or (is_cpu and (slot.in_flight or slot.pending)):
-                    # Woken by acquire, by a handed-out child's end, and by close; the timeout re-checks ages.
+                self._tidy(slot)
+                if not self._may_spawn(slot):
+                    # Woken by acquire, a hand-over, a candidate's end, a set-up, close; the timeout re-checks ages.
                     self._cond.wait(CHECK_INTERVAL_S)
                     continue
-                slot.pending += 1
+                slot.spawning += 1
             try:
-                child = self._start_one(slot)
-            except _Closed:
+                spare = self._spawn(slot)
+            except (_Closed, SlotWaitAborted):
                 with self._cond:
-                    slot.pending -= 1
+                    slot.spawning -= 1
                 return
             except Exception as exc:  # noqa: BLE001 - a spare that fails before any candidate is ours: retry
                 with self._cond:
-                    slot.pending -= 1
-                    if self._closed.is_set():
-                        return  # killed by `close`
-                    slot.counts["failed"] += 1
-                    slot.failures += 1
-                    slot.last_error = f"{type(exc).__name__}: {exc}"
-                    self._cond.notify_all()
-                log.warning("starting a spare on %s failed: %s", slot.device, slot.last_error)
-                self._closed.wait(FAILURE_BACKOFF_S[min(slot.failures, len(FAILURE_BACKOFF_S)) - 1])
+                    slot.spawning -= 1
+                if not self._failed(slot, exc):
+                    return
                 continue
             with self._cond:
-                slot.pending -= 1  # in the same critical section as the append: no starter sees neither
+                slot.spawning -= 1  # in the same critical section as the append: no spawner sees neither
+                if self._closed.is_set():
+                    slot.starting.discard(spare.session)
+                    spare.discard()
+                    return
+                slot.counts["spawned"] += 1
+                slot.standby.append(spare)
+                self._cond.notify_all()
+
+    def _setter(self, slot: _Slot) -> None:
+        """The device's set-up thread: takes standby children through the gate to ready, one at a time."""
+        while not self._closed.is_set():
+            with self._cond:
+                self._tidy(slot)
+                if not self._may_set_up(slot):
+                    self._cond.wait(CHECK_INTERVAL_S)
+                    continue
+                spare = slot.standby.pop(0)  # the oldest first: none ages out in standby while newer ones serve
+                task_id = slot.want_task
+                slot.warming += 1
+            assert task_id is not None
+            try:
+                child = self._set_up(slot, spare, task_id)
+            except GateClosed:
+                with self._cond:
+                    slot.warming -= 1
+                return
+            except Exception as exc:  # noqa: BLE001 - a spare that fails before any candidate is ours: retry
+                with self._cond:
+                    slot.warming -= 1
+                if not self._failed(slot, exc):
+                    return
+                continue
+            with self._cond:
+                slot.warming -= 1
                 if self._closed.is_set():
                     child.discard()
                     return
@@ -429,43 +525,45 @@ class WarmPool:
                 slot.ready.append(child)
                 self._cond.notify_all()
 
-    def _start_one(self, slot: _Slot) -> WarmChild:
-        """Spawn, wait for `Started`, then (device quiet) `Begin`, `Ready`, calibration. Raises on any failure,
-        the child killed and its directory removed."""
+    def _failed(self, slot: _Slot, exc: Exception) -> bool:
+        """Count a failed spawn or set-up and back off; False when the pool is closing (the failure was its kill)."""
+        with self._cond:
+            if self._closed.is_set():
+                return False
+            slot.counts["failed"] += 1
+            slot.failures += 1
+            slot.last_error = f"{type(exc).__name__}: {exc}"
+            failures = slot.failures
+            self._cond.notify_all()
+        log.warning("starting a spare on %s failed: %s", slot.device, slot.last_error)
+        self._closed.wait(FAILURE_BACKOFF_S[min(failures, len(FAILURE_BACKOFF_S)) - 1])
+        return True
+
+    def _spawn(self, slot: _Slot) -> Standby:
+        """Hold a host start slot from the spawn to `Started`. Raises on any failure, the child killed and its
+        directory removed."""
         device, config = slot.device, self.config
         is_cpu = torch.device(device).type == "cpu"
         self._runs_root.mkdir(parents=True, exist_ok=True)
         work_dir = Path(tempfile.mkdtemp(prefix=f"spare-{re.sub(r'[^A-Za-z0-9]', '', device)}-", dir=self._runs_root))
         session: ChildSession | None = None
         try:
-            spawned = time.monotonic()
-            # Its wall limit covers its idle life; `hand_over` restarts it for the candidate.
-            session = ChildSession("execute", "", device, work_dir, config, gpu=not is_cpu, pre_started=True,
-                                   context_at_start=config.spare_context_at_start,
-                                   wall_s=self.max_age_s + 3 * READY_TIMEOUT_S)
+            with self.start_slots.hold(abort=self._closed.is_set) as slot_wait_s:
+                spawned = time.monotonic()
+                # Its wall limit covers its idle life; `hand_over` restarts it for the candidate.
+                session = ChildSession("execute", "", device, work_dir, config, gpu=not is_cpu, pre_started=True,
+                                       context_at_start=config.spare_context_at_start,
+                                       wall_s=self.max_age_s + 3 * READY_TIMEOUT_S)
+                with self._cond:
+                    if self._closed.is_set():
+                        raise _Closed
+                    slot.starting.add(session)
+                _expect(session, msg.Started, READY_TIMEOUT_S)
+                started_at = time.monotonic()
             with self._cond:
-                slot.starting.add(session)
-            _expect(session, msg.Started, READY_TIMEOUT_S)
-            host_s = time.monotonic() - spawned
-            task_id = self._wait_for_task(slot)
-            gate_started = time.monotonic()
-            with slot.gate.warming() as set_abort:  # no candidate is being timed on this device until the end
-                set_abort(session.kill)
-                gate_wait_s = time.monotonic() - gate_started
-                began = time.monotonic()
-                session.send(msg.Begin(task=task_id).model_dump())
-                ready = _expect(session, msg.Ready, READY_TIMEOUT_S)
-                device_s = time.monotonic() - began
-                empty_calls, calibration_s = (self._calibrate(session, task_id, device) if self.precalibrate
-                                              else (None, 0.0))
-                environment = describe(device, session.mechanism)
-            with self._cond:
-                slot.starting.discard(session)
-            return WarmChild(session=session, device=device, task_id=task_id, work_dir=work_dir, gate=slot.gate,
-                             spawned=spawned, host_s=host_s, gate_wait_s=gate_wait_s, device_s=device_s,
-                             setup_s=dict(ready.setup_s),
-                             calibration_s=calibration_s, empty_calls=empty_calls, environment=environment,
-                             ready_at=time.monotonic())
+                self._history.append(Interval(device, "spawn", spawned, started_at))
+            return Standby(session=session, work_dir=work_dir, spawned=spawned, started_at=started_at,
+                           slot_wait_s=slot_wait_s)
         except BaseException:
             if session is not None:
                 with self._cond:
@@ -474,14 +572,37 @@ class WarmPool:
             shutil.rmtree(work_dir, ignore_errors=True)
             raise
 
-    def _wait_for_task(self, slot: _Slot) -> str:
-        """The task to begin for: the one last asked for on this device (bound as late as possible)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._closed.is_set() or slot.want_task is not None)
-            if self._closed.is_set():
-                raise _Closed
-            assert slot.want_task is not None
-            return slot.want_task
+    def _set_up(self, slot: _Slot, spare: Standby, task_id: str) -> WarmChild:
+        """(Device quiet) `Begin`, `Ready`, calibration, the environment. Raises on any failure, the child killed
+        and its directory removed."""
+        session, device = spare.session, slot.device
+        try:
+            picked = time.monotonic()
+            with slot.gate.warming() as set_abort:  # no candidate is being timed on this device until the end
+                set_abort(session.kill)
+                began = time.monotonic()
+                session.send(msg.Begin(task=task_id).model_dump())
+                ready = _expect(session, msg.Ready, READY_TIMEOUT_S)
+                device_s = time.monotonic() - began
+                empty_calls, calibration_s = (self._calibrate(session, task_id, device) if self.precalibrate
+                                              else (None, 0.0))
+                described = time.monotonic()
+                environment = describe(device, session.mechanism)
+                ended = time.monotonic()
+            with self._cond:
+                slot.starting.discard(session)
+                self._history.append(Interval(device, "set_up", began, ended))
+            return WarmChild(session=session, device=device, task_id=task_id, work_dir=spare.work_dir,
+                             gate=slot.gate, spawned=spare.spawned, host_s=spare.started_at - spare.spawned,
+                             gate_wait_s=began - picked, device_s=device_s, setup_s=dict(ready.setup_s),
+                             calibration_s=calibration_s, empty_calls=empty_calls, environment=environment,
+                             ready_at=ended, slot_wait_s=spare.slot_wait_s, standby_s=picked - spare.started_at,
+                             environment_s=ended - described, began_at=began)
+        except BaseException:
+            with self._cond:
+                slot.starting.discard(session)
+            spare.discard()
+            raise
 
     def _calibrate(self, session: ChildSession, task_id: str, device: str) -> tuple[list[TimedCall] | None, float]:
         """`Execution.calibrate` on this child, exactly as a cold `execute` runs it; its results are adopted."""

@@ -82,7 +82,7 @@ def main() -> None:
             for i in range(args.spares):
                 child = pool.acquire(args.device, task)
                 assert child is not None, pool.stats()
-                begin = child.spawned + child.host_s + child.gate_wait_s
+                begin = child.began_at  # after its standby and gate waits
                 windows += [("spare host phase" + mode, child.spawned, child.spawned + child.host_s),
                             ("spare device phase" + mode, begin, begin + child.device_s),
                             ("calibration", begin + child.device_s, begin + child.device_s + child.calibration_s)]

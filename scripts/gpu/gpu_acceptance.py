@@ -27,6 +27,7 @@ from pathlib import Path
 from sandbox import JudgeConfig, Verdict, execute, prepare
 from sandbox.environment import describe
 from sandbox.execution.warm import WarmPool
+from service.worker.judging import GPU_SPARES, GPU_STANDBY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,7 +124,8 @@ def main() -> int:
         (args.out / "verdicts.json").write_text(json.dumps(verdicts, indent=1))
         (args.out / "repeats.json").write_text(json.dumps(repeats, indent=1))
 
-    pool = WarmPool([args.device], config, spares=3) if args.warm else None  # as the worker (GPU_SPARES)
+    pool = (WarmPool([args.device], config, spares=GPU_SPARES, standby=GPU_STANDBY)  # as the worker
+            if args.warm else None)
 
     def judge(p, cfg: JudgeConfig) -> Verdict:
         child = pool.acquire(args.device, p.task_id) if pool else None

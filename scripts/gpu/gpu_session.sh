@@ -26,7 +26,7 @@
 # multi (issue 13, on a two-GPU kind): the same batch on one GPU, two GPUs in one worker, two workers with one GPU each;
 # then, here: scripts/bench/bench_multi_device.py compare on the three run folders.
 # fleet (issue 30, a two-GPU kind): scripts/gpu/fleet_spares.sh: one GPU, then two workers with a GPU each on one
-# PostgreSQL started on the host from the carried .debs (scripts/gpu/postgres_env.sh), 3 spares per GPU against 6.
+# PostgreSQL started on the host from the carried .debs (scripts/gpu/postgres_env.sh); FLEET_RUNS and FLEET_ENV pick the pools.
 # profiles (issue 28): scripts/gpu/profile_capture.py --honest, each honest forward kernel under ncu in its sandbox.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
@@ -130,7 +130,7 @@ run_stages() {
                     --replicas 0 --min-candidates 30 --exclude hang.py --warm --out "$out/timeline-build"
                 stage timeline python3 scripts/bench/bench_multi_device.py run --devices cuda:0 --replicas 0 --min-candidates 30 --exclude hang.py \
                     --warm --timeout 900 --out "$out/timeline" ;;
-            fleet)  # issue 30 (a two-GPU kind): two workers on one PostgreSQL on this host, 3 spares per GPU against 6
+            fleet)  # issue 30 (a two-GPU kind): two workers on one PostgreSQL on this host; FLEET_RUNS picks the pools
                 stage fleet bash scripts/gpu/fleet_spares.sh "$out/fleet" ;;
             multi)  # issue 13: one batch (honest, broken, hostile; hang.py left out) on one GPU, on two GPUs in one
                     # worker, and on two worker processes with one GPU each; the build cache is filled first, once

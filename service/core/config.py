@@ -90,11 +90,18 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = 60.0
     """On SIGTERM a worker finishes running jobs for up to this long, releasing everything else."""
     warm_spares: int | None = None
-    """Pre-started judge children kept per device (sandbox/execution/warm.py): a candidate is handed one with its
-    interpreter, torch and device context already up, so the start-up is not on the device's clock. Unset: three
+    """Pre-started judge children kept ready per device (sandbox/execution/warm.py): a candidate is handed one with
+    its interpreter, torch and device context already up, so the start-up is not on the device's clock. Unset: three
     per GPU (service/worker/judging.py GPU_SPARES) and none for the CPU device (whose spare may only start
     while no candidate is timed, so it buys no throughput there); 0: a child per candidate (cold) everywhere;
     N: N per device, the CPU included."""
+    warm_standby: int | None = None
+    """Children kept per device beside the ready ones, started as far as `Started` (bubblewrap, Python, torch: the
+    CPU-only ~3 s of a start) but with no task and no device context (sandbox/execution/warm.py): a ready spare
+    handed out is replaced by setting one of these up (~0.5 s of device phase) instead of a whole start, so that
+    runs of short candidates (~0.5 s each) do not empty the pool. Each costs host memory only (an interpreter
+    with torch imported). Unset: four per GPU (GPU_STANDBY), none for the CPU device; N: N per device where
+    spares are kept. How many start at once on the host: JUDGE_SPARE_START_SLOTS (sandbox/config.py)."""
     mode: JudgeMode = JudgeMode.SANDBOX
     """"sandbox" (the real judge) or "compile-only" (load tests only; see JudgeMode)."""
     timing_budget_ms: float | None = None

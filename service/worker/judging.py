@@ -3,8 +3,9 @@
 `SandboxJudge` (the default, and the only one for real use) wraps `sandbox.prepare` and `sandbox.execute`.
 Candidate code never runs in the worker's process: each candidate runs in its own isolated child, so the
 worker may call them from threads. Between `open` and `close` the judge keeps pre-started children per
-device (`sandbox.execution.warm.WarmPool`, `Settings.warm_spares`) and hands each candidate one of them, so that a
-child's start-up is paid ahead of need, off the device's clock; each child still serves one candidate.
+device (`sandbox.execution.warm.WarmPool`, `Settings.warm_spares` and `warm_standby`) and hands each
+candidate one of them, so that a child's start-up is paid ahead of need, off the device's clock; each child
+still serves one candidate.
 `CompileOnlyJudge` is for load tests of the service itself: it runs the real `prepare` (extraction, static
 checks, cached compile) but *does not run the candidate*; its verdicts say so and carry no timings, so they
 are never ranked.
@@ -56,10 +57,14 @@ def judge_config(settings: Settings) -> JudgeConfig:
 
 
 GPU_SPARES = 3
-"""Spares per GPU by default, each with its own starter: a start is ~10 s of CPU (bubblewrap, Python, torch and
-torch._dynamo imported) and then ~0.5 s of device phase, against ~1-3 s of device time per candidate, so
-starts must overlap for a spare to be ready when a candidate ends (H100, 2026-11-24: with two, candidates
-waited 0-11 s for theirs)."""
+"""Ready spares per GPU by default: a ready spare holds a device context, and a short candidate (~0.5 s) takes one
+at once. Three, as the fleet runs measured them (docs/results/fleet-h100x2-2026-11-26.md: 6 did worse); what they
+lacked was supply behind them, every replacement a whole start (~3.5 s of CPU), which the standby stock
+(`GPU_STANDBY`) turns into a set-up (~0.5 s)."""
+GPU_STANDBY = 4
+"""Standby children per GPU by default (Settings.warm_standby): with the 3 ready, 7 candidates of a run of short
+ones (a rejected one holds the GPU ~0.5 s) are served while the spawners refill standby (~3.5 s a start, 7 per GPU
+side by side within the host's start slots, JudgeConfig.spare_start_slots); each costs host memory only."""
 
 
 @dataclass
@@ -69,6 +74,9 @@ class SandboxJudge:
     spares: int | None = None
     """Pre-started children per device; 0: a child is started for each candidate; None: `GPU_SPARES` per GPU,
     none for the CPU (Settings.warm_spares)."""
+    standby: int | None = None
+    """Host-started children per device beside the ready ones; None: `GPU_STANDBY` per GPU, none for the CPU
+    (Settings.warm_standby)."""
     pool: WarmPool | None = field(default=None, repr=False)
 
     def prepare(self, task_id: str, source: str, *, target: str) -> PreparedCandidate | Verdict:
@@ -90,8 +98,10 @@ class SandboxJudge:
             devices, spares = [d for d in devices if d.startswith("cuda")], GPU_SPARES
         else:
             spares = self.spares
+        gpus_only = all(d.startswith("cuda") for d in devices)
+        standby = self.standby if self.standby is not None else (GPU_STANDBY if gpus_only else 0)
         if spares > 0 and devices:
-            self.pool = WarmPool(devices, self.config, spares=spares)
+            self.pool = WarmPool(devices, self.config, spares=spares, standby=standby)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -122,7 +132,7 @@ def make_judge(settings: Settings) -> Judge:
     config = judge_config(settings)
     if settings.mode is JudgeMode.COMPILE_ONLY:
         return CompileOnlyJudge(config)
-    return SandboxJudge(config, spares=settings.warm_spares)
+    return SandboxJudge(config, spares=settings.warm_spares, standby=settings.warm_standby)
 
 
 def system_error(task_id: str, device: str, source_sha256: str, stage: str, exc: BaseException) -> Verdict:

@@ -19,7 +19,7 @@ from service.api.schemas import SubmissionCreate
 from service.core.config import Settings
 from service.db.models import VerdictRow
 from service.db.session import Database
-from service.worker.judging import SandboxJudge
+from service.worker.judging import SandboxJudge, make_judge
 from service.worker.runner import Worker
 from tests.service.conftest import CORRECT_KL_DIV, wait_for
 
@@ -110,3 +110,19 @@ def test_a_worker_stopped_by_sigterm_leaves_no_spare_behind(db_url: str, spawn) 
             return True
 
     wait_for(lambda: all(gone(pid) for pid in spares), 30, "the spares to be gone")
+
+
+@pytest.mark.parametrize(("env", "spares", "standby"), [({}, None, None),
+                                                         ({"JUDGE_WARM_SPARES": "3", "JUDGE_WARM_STANDBY": "5"}, 3, 5),
+                                                         ({"JUDGE_WARM_STANDBY": "0"}, None, 0)])
+def test_the_pool_sizes_reach_the_judge_from_the_environment(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                                             spares: int | None, standby: int | None) -> None:
+    """JUDGE_WARM_SPARES / JUDGE_WARM_STANDBY as a deployment sets them (unset: GPU_SPARES and GPU_STANDBY per GPU,
+    none for the CPU, decided when the judge opens its devices)."""
+    for name in ("JUDGE_WARM_SPARES", "JUDGE_WARM_STANDBY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    judge = make_judge(Settings())
+    assert isinstance(judge, SandboxJudge)
+    assert (judge.spares, judge.standby) == (spares, standby)

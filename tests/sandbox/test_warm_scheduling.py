@@ -1,0 +1,160 @@
+"""How a `WarmPool` schedules its spares (sandbox/execution/warm.py), with real bubblewrap children on the CPU run
+under the GPU's scheduling (`between_candidates=False`): a cap on starts at once, standby children set up as ready
+ones are taken, tasks in turn served from stock, and still one candidate per child.
+
+What happened when is read from the pool's own record (`WarmPool.timeline`, each child's timestamps), never
+inferred from sleeps.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict, execute, prepare
+from sandbox.execution.device_gate import DeviceGate
+from sandbox.execution.start_slots import HostStartSlots
+from sandbox.execution.warm import Interval, WarmPool
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "cpu"
+START_S = 240.0
+"""A spare's start on the loaded 2-core machine: 10-20 s seen with a dozen other processes busy; wide margin."""
+SPARES, STANDBY = 2, 1
+
+
+@pytest.fixture(scope="module")
+def config(judge_root: Path) -> JudgeConfig:
+    """The shared caches; few timed calls and no extra shapes (what is compared here is the verdict)."""
+    return JudgeConfig(build_root=judge_root / "builds", cache_root=judge_root / "cache", memory_limit_bytes=3 << 30,
+                       call_timeout_s=20.0, timing_budget_ms=50.0, trials_per_distribution=1, min_reps=5,
+                       max_reps=5, check_extra_shapes=False)
+
+
+@pytest.fixture(scope="module")
+def pool(config: JudgeConfig, tmp_path_factory: pytest.TempPathFactory):
+    """Two ready spares and one in standby; one start slot of its own (no other test's pool shares it)."""
+    slots = HostStartSlots(tmp_path_factory.mktemp("slots"), 1)
+    with WarmPool(["cpu"], config, spares=SPARES, standby=STANDBY, task_id="kl_div", between_candidates=False,
+                  start_slots=slots) as warm:
+        yield warm
+
+
+def _full(pool: WarmPool, count: int = SPARES + STANDBY) -> None:
+    """Wait (on the pool's own condition) until its stock is full and nothing is starting."""
+    assert pool.wait_until(lambda s: s["cpu"]["ready"] + s["cpu"]["standby"] >= count and not s["cpu"]["starting"],
+                           count * START_S), pool.stats()
+
+
+def _prepare(source: str, config: JudgeConfig, task: str = "kl_div") -> PreparedCandidate:
+    prepared = prepare(task, source, target="cpu", config=config)
+    assert not isinstance(prepared, Verdict), prepared.diagnosis
+    return prepared
+
+
+def _disjoint(intervals: list[Interval]) -> bool:
+    ordered = sorted(intervals, key=lambda i: i.begin)
+    return all(later.begin >= earlier.end for earlier, later in zip(ordered, ordered[1:]))
+
+
+def test_with_one_start_slot_no_two_spares_start_at_once(pool: WarmPool) -> None:
+    _full(pool)
+    spawns = [i for i in pool.timeline() if i.kind == "spawn"]
+    set_ups = [i for i in pool.timeline() if i.kind == "set_up"]
+    assert len(spawns) >= SPARES + STANDBY and len(set_ups) >= SPARES
+    assert _disjoint(spawns), spawns  # the slot is held from spawn to Started
+    assert _disjoint(set_ups), set_ups  # one set-up at a time per device
+    # Each ready spare was spawned, then set up: its set-up began after its own Started.
+    for child in pool.ready_children("cpu"):
+        assert child.spawned + child.host_s <= child.began_at < child.ready_at
+
+
+def test_a_taken_spare_is_replaced_from_standby_then_standby_is_refilled(pool: WarmPool) -> None:
+    _full(pool)
+    (waiting,) = pool.standby_children("cpu")
+    before = pool.stats()["cpu"]
+    child = pool.acquire("cpu", "kl_div")
+    assert child is not None and child.acquire_wait_s < 1  # ready when asked
+    taken_at = time.monotonic()
+    try:
+        # The standby child is set up as the replacement (no new start on the way), then a spawn refills standby.
+        assert pool.wait_until(lambda s: s["cpu"]["started"] == before["started"] + 1, START_S), pool.stats()
+        assert any(c.session is waiting.session for c in pool.ready_children("cpu"))
+        _full(pool)
+        after = pool.stats()["cpu"]
+        assert (after["spawned"], after["served"]) == (before["spawned"] + 1, before["served"] + 1)
+        newest = max((i for i in pool.timeline() if i.kind == "spawn"), key=lambda i: i.begin)
+        assert newest.begin >= taken_at - 1  # the refill began when the spare was taken, not before
+    finally:
+        child.discard()
+
+
+def test_tasks_in_turn_are_served_from_stock_and_a_full_stock_retires_the_oldest(pool: WarmPool,
+                                                                                  config: JudgeConfig) -> None:
+    _full(pool)
+    kl_before = {c.session for c in pool.ready_children("cpu") if c.task_id == "kl_div"}
+    assert len(kl_before) == SPARES
+    retired = pool.stats()["cpu"]["retired"]
+    # Full of kl_div: the first cross_entropy ask retires one kl_div spare (the oldest), not both.
+    ce = pool.acquire("cpu", "cross_entropy")
+    assert ce is not None and ce.task_id == "cross_entropy"
+    assert pool.stats()["cpu"]["retired"] == retired + 1
+    kept = [c for c in pool.ready_children("cpu") if c.task_id == "kl_div"]
+    assert len(kept) == 1 and kept[0].session in kl_before and kept[0].alive()
+    # kl_div again: served by the spare kept, ready when asked.
+    kl = pool.acquire("cpu", "kl_div")
+    assert kl is not None and kl.session is kept[0].session and kl.acquire_wait_s < 1
+    assert pool.stats()["cpu"]["retired"] == retired + 1
+    # Each judges its one candidate, then is gone (one candidate per child).
+    for child, task, name in ((ce, "cross_entropy", "cross_entropy_cpp_correct.py"),
+                              (kl, "kl_div", "kl_div_cpp_correct.py")):
+        verdict = execute(_prepare((CORPUS / name).read_text(), config, task), "cpu", config=config, child=child)
+        assert verdict.status is Status.CORRECT, verdict.diagnosis
+        assert verdict.details["cost"]["pre_started"] is not None
+        assert not child.alive() and not child.work_dir.exists()
+    assert ce.session is not kl.session and ce.work_dir != kl.work_dir
+
+
+def test_a_timed_phase_waiting_goes_before_the_next_set_up() -> None:
+    """Set-ups one after another cannot keep a candidate from its timing: one waiting is let in first."""
+    gate = DeviceGate()
+    order: list[str] = []
+    lock = threading.Lock()
+    first_in, release_first, timed_in, release_timed = (threading.Event() for _ in range(4))
+
+    def note(what: str) -> None:
+        with lock:
+            order.append(what)
+
+    def set_up(name: str, inside: threading.Event | None, release: threading.Event | None) -> None:
+        with gate.warming():
+            note(name)
+            if inside is not None and release is not None:
+                inside.set()
+                release.wait(30)
+
+    def timed() -> None:
+        with gate.phase("timing", {}):
+            note("timing")
+            timed_in.set()
+            release_timed.wait(30)
+
+    first = threading.Thread(target=set_up, args=("set-up 1", first_in, release_first))
+    first.start()
+    assert first_in.wait(10)
+    timer = threading.Thread(target=timed)
+    timer.start()
+    deadline = time.monotonic() + 10
+    while not gate.waiting:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)  # polling a real condition, with a deadline
+    second = threading.Thread(target=set_up, args=("set-up 2", None, None))
+    second.start()
+    release_first.set()
+    assert timed_in.wait(10)
+    release_timed.set()
+    for thread in (first, timer, second):
+        thread.join(10)
+    assert order == ["set-up 1", "timing", "set-up 2"]
