@@ -195,7 +195,7 @@ class ChildSession:
 
     def send(self, header: dict[str, Any]) -> None:
         try:
-            protocol.send(self._cmd_w, header)
+            protocol.send_header(self._cmd_w, header)
         except (BrokenPipeError, OSError):
             raise self._failure("the child closed its command pipe") from None
 
@@ -271,7 +271,7 @@ class ChildSession:
             return
         self._closed = True
         try:
-            protocol.send(self._cmd_w, {"op": "exit"})
+            protocol.send_header(self._cmd_w, {"op": "exit"})
         except OSError:
             pass
         self.process.wait(timeout=timeout_s)

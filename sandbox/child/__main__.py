@@ -52,14 +52,14 @@ def main(argv: list[str] | None = None) -> None:
         if args.context_at_start and torch.device(args.device).type == "cuda":
             torch.cuda.set_device(args.device)
             torch.empty(1, device=args.device)
-        protocol.send(args.res_fd, {"op": "started", "ok": True})
+        protocol.send(args.res_fd, protocol.Started.success())
         begin = protocol.parse_command(protocol.receive(args.cmd_fd)[0])
         if not isinstance(begin, protocol.Begin):
             return  # `exit` (the spare was retired), or anything else: nothing to serve
         task_id = begin.task
     child_cls: type[Child] = TrainingChild if get_task(task_id).training is not None else Child
     child = child_cls(task_id, args.device, args.source, args.res_fd)
-    protocol.send(args.res_fd, {"op": "ready", "ok": True, "setup_s": child.setup_s})
+    protocol.send(args.res_fd, protocol.Ready.success(setup_s=child.setup_s))
     serve(child, args.cmd_fd)
 
 
