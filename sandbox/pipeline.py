@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from reference import Task, get_task
+from reference import Task, TaskId, get_task
 from sandbox.build import advice as build_advice
 from sandbox.build import compiler
 from sandbox.build import errors as compile_errors
@@ -40,10 +40,9 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _verdict(status: Status, diagnosis: str, task_id: str, device: str, judged_sha256: str, **kw: Any) -> Verdict:
-    """`judged_sha256`: the extracted code's hash, or the text's where no code could be extracted (the Verdict's
-    `source_sha256`, a stored column and an API field, keeps its name)."""
-    return Verdict(status=status, diagnosis=diagnosis, task=task_id, device=device, source_sha256=judged_sha256, **kw)
+def _verdict(status: Status, diagnosis: str, task_id: TaskId, device: str, judged_sha256: str, **kw: Any) -> Verdict:
+    """`judged_sha256`: the extracted code's hash, or the text's where no code could be extracted."""
+    return Verdict(status=status, diagnosis=diagnosis, task=task_id, device=device, judged_sha256=judged_sha256, **kw)
 
 
 # --- prepare: extract, check, compile ------------------------------------------------------------

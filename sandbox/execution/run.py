@@ -40,7 +40,7 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
     if child is not None and (child.task_id != task.id.value or child.device != device):
         return _on_a_child_of_its_own(prepared, device, config, child)
     run = _set_up(task, prepared, device, config, child)
-    identity = {"task": task.id.value, "device": device, "source_sha256": prepared.code_sha256,
+    identity = {"task": task.id.value, "device": device, "judged_sha256": prepared.code_sha256,
                 "toolchain": prepared.toolchain, "imports": prepared.imports, "compile_log": prepared.compile_log}
     try:
         with run.stage(Stage.BASELINES):
