@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 import torch
 
-from reference import get_task
+from reference import TaskId, get_task
 from sandbox.build import hooks as build_hooks
 from sandbox.child import audit as _audit
 from sandbox import compare as _compare
@@ -310,7 +310,7 @@ class Child:
               "preloaded_modules", "base_python_threads", "base_native_threads", "kernel_names", "findings")
     """The attributes that never change once the candidate is imported: sealed in the audit hook at `load`."""
 
-    def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
+    def __init__(self, task_id: TaskId, device: str, source_path: str, res_fd: int) -> None:
         # First: before any snapshot, and long before the candidate exists. Nothing it could write is trusted.
         _audit.install(untrusted=(os.getcwd(), os.path.dirname(os.path.abspath(source_path)), _BUILD_DIR or ""))
         self.task = get_task(task_id)
@@ -656,7 +656,7 @@ def _construct_for_build(module: types.ModuleType) -> None:
               f"{info.message[:300]}); extensions it built before that are kept", file=sys.stderr, flush=True)
 
 
-def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
+def compile_only(task_id: TaskId, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
     accel, slim = os.environ.get("JUDGE_BUILD_ACCEL"), os.environ.get("JUDGE_SLIM_HEADERS") == "1"

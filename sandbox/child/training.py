@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from reference.task import generator, row_chunks
+from reference.task import TaskId, generator, row_chunks
 from reference.training import grad_output_scale
 from sandbox import compare as _compare
 from sandbox import protocol as _protocol
@@ -89,7 +89,7 @@ class TrainingChild(_child.Child):
 
     SEALED = (*_child.Child.SEALED, "grad_input")
 
-    def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
+    def __init__(self, task_id: TaskId, device: str, source_path: str, res_fd: int) -> None:
         super().__init__(task_id, device, source_path, res_fd)
         assert self.task.training is not None
         self.grad_input = self.task.training.grad_input

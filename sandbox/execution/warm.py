@@ -72,7 +72,7 @@ from typing import Any, TypeVar
 import torch
 from typing_extensions import Self
 
-from reference import get_task
+from reference import TaskId, get_task
 from sandbox.execution import bytecode
 from sandbox import protocol as msg
 from sandbox.config import JudgeConfig
@@ -176,7 +176,7 @@ class WarmChild:
 
     session: ChildSession
     device: str
-    task_id: str
+    task_id: TaskId
     work_dir: Path
     """Bound at the child's /build since it started; `execute` copies the candidate's build here."""
     gate: DeviceGate
@@ -240,7 +240,7 @@ class _Slot:
     device: str
     gate: DeviceGate = field(default_factory=DeviceGate)
     ready: list[WarmChild] = field(default_factory=list)
-    want_task: str | None = None
+    want_task: TaskId | None = None
     starting: set[ChildSession] = field(default_factory=set)
     """Spares between spawn and ready (killed by `close`)."""
     pending: int = 0
@@ -258,7 +258,8 @@ class WarmPool:
     """`spares` pre-started children per device, each for exactly one candidate (module docstring)."""
 
     def __init__(self, devices: Iterable[str], config: JudgeConfig | None = None, *, spares: int = 1,
-                 max_age_s: float = DEFAULT_MAX_AGE_S, task_id: str | None = None, precalibrate: bool = True) -> None:
+                 max_age_s: float = DEFAULT_MAX_AGE_S, task_id: TaskId | None = None,
+                 precalibrate: bool = True) -> None:
         """`task_id`: the task to begin the first spares for (else the first `acquire` names it).
         `precalibrate`: run the calibration on the spare (else `execute` runs it, on the candidate's clock)."""
         self.config = config or JudgeConfig()
@@ -283,7 +284,7 @@ class WarmPool:
 
     # --- the caller's side --------------------------------------------------------------------------
 
-    def acquire(self, device: str, task_id: str, timeout_s: float = 3 * READY_TIMEOUT_S) -> WarmChild | None:
+    def acquire(self, device: str, task_id: TaskId, timeout_s: float = 3 * READY_TIMEOUT_S) -> WarmChild | None:
         """A ready child for `task_id` on `device`, now or when one is ready; the caller owns it (pass it to
         `execute`, or `discard` it). None when the pool is closed, the device is not the pool's, starts keep
         failing, or none is ready within `timeout_s`: the caller then starts a child itself."""
@@ -311,7 +312,7 @@ class WarmPool:
                 self._cond.wait(min(remaining, CHECK_INTERVAL_S))
         return None
 
-    def _take(self, slot: _Slot, task_id: str) -> WarmChild | None:
+    def _take(self, slot: _Slot, task_id: TaskId) -> WarmChild | None:
         """Under the lock: the first ready spare fit to serve, after retiring those that are not."""
         while slot.ready:
             child = slot.ready.pop(0)
@@ -327,7 +328,7 @@ class WarmPool:
             child.discard()
         return None
 
-    def _unfit(self, child: WarmChild, task_id: str | None) -> str | None:
+    def _unfit(self, child: WarmChild, task_id: TaskId | None) -> str | None:
         if not child.alive():
             return "dead"
         if child.age_s() > self.max_age_s:
@@ -440,7 +441,7 @@ class WarmPool:
         try:
             spawned = time.monotonic()
             # Its wall limit covers its idle life; `hand_over` restarts it for the candidate.
-            session = ChildSession("execute", "", device, work_dir, config, gpu=not is_cpu, pre_started=True,
+            session = ChildSession("execute", None, device, work_dir, config, gpu=not is_cpu, pre_started=True,
                                    context_at_start=config.spare_context_at_start,
                                    wall_s=self.max_age_s + 3 * READY_TIMEOUT_S)
             with self._cond:
@@ -483,7 +484,7 @@ class WarmPool:
             assert slot.want_task is not None
             return slot.want_task
 
-    def _calibrate(self, session: ChildSession, task_id: str, device: str) -> tuple[list[TimedCall] | None, float]:
+    def _calibrate(self, session: ChildSession, task_id: TaskId, device: str) -> tuple[list[TimedCall] | None, float]:
         """`Execution.calibrate` on this child, exactly as a cold `execute` runs it; its results are adopted."""
         task = get_task(task_id)
         shape = task.official_shape if torch.device(device).type == "cuda" else task.cpu_shape
