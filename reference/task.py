@@ -14,8 +14,11 @@ import torch
 from torch import nn
 
 
-class TaskId(str, enum.Enum):
-    """Every task the judge knows, defined once."""
+class TaskId(enum.StrEnum):
+    """Every task the judge knows, defined once.
+
+    A `StrEnum`: `str()`, f-strings and `%s` give the id itself ("kl_div"), so a TaskId can go wherever the id's text
+    goes (cache keys, command lines, log lines, stored rows) and writes what the plain string wrote."""
 
     KL_DIV = "kl_div"
     CROSS_ENTROPY = "cross_entropy"

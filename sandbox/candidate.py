@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reference import TaskId
+
 
 @dataclass(frozen=True, kw_only=True)
 class PreparedCandidate:
     """A candidate that passed extraction and static checks and whose extensions are built."""
 
-    task_id: str
+    task_id: TaskId
     source: str
     """The extracted Python module defining ModelNew."""
     code_sha256: str

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from reference import Task, get_task
+from reference import Task, TaskId, get_task
 from sandbox.build import advice as build_advice
 from sandbox.build import compiler
 from sandbox.build import errors as compile_errors
@@ -42,17 +42,18 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _verdict(status: Status, diagnosis: str, task_id: str, device: str, judged_sha256: str, **kw: Any) -> Verdict:
-    """`judged_sha256`: the extracted code's hash, or the text's where no code could be extracted (the Verdict's
-    `source_sha256`, a stored column and an API field, keeps its name)."""
-    return Verdict(status=status, diagnosis=diagnosis, task=task_id, device=device, source_sha256=judged_sha256, **kw)
+def _verdict(status: Status, diagnosis: str, task_id: TaskId, device: str, judged_sha256: str, **kw: Any) -> Verdict:
+    """`judged_sha256`: the extracted code's hash, or the text's where no code could be extracted."""
+    return Verdict(status=status, diagnosis=diagnosis, task=task_id, device=device, judged_sha256=judged_sha256, **kw)
 
 
 # --- prepare: extract, check, compile ------------------------------------------------------------
 
-def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
+def prepare(task_id: TaskId | str, raw_source: str, *, target: str = "cpu",
             config: JudgeConfig | None = None) -> PreparedCandidate | Verdict:
-    """CPU-only stage. Returns a Verdict (compile_error, policy_violation, ...) when the candidate is rejected."""
+    """CPU-only stage. Returns a Verdict (compile_error, policy_violation, ...) when the candidate is rejected.
+
+    `task_id`: a TaskId, or the id as sent ("kl_div"): `get_task` reads either, and refuses an unknown one."""
     config = config or JudgeConfig()
     task = get_task(task_id)
     stages: dict[str, float] = {}
@@ -62,7 +63,7 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
         try:
             source = extract_candidate(raw_source)
         except ExtractionError as exc:
-            return _verdict(Status.COMPILE_ERROR, f"no candidate found: {exc}", task.id.value, target, text_sha256,
+            return _verdict(Status.COMPILE_ERROR, f"no candidate found: {exc}", task.id, target, text_sha256,
                             details={"stage": "extract"})
         code_sha256 = _sha256(source)
     with timed(stages, "static_checks"):
@@ -70,18 +71,18 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
             report = check_source(source, task.forbidden_python_names, task.forbidden_aten_ops)
         except SyntaxError as exc:
             return _verdict(Status.COMPILE_ERROR, f"Python syntax error at line {exc.lineno}: {exc.msg}",
-                            task.id.value, target, code_sha256, stages=stages,
+                            task.id, target, code_sha256, stages=stages,
                             details={"stage": "static_checks", "line": exc.lineno})
     common = dict(stages=stages, imports=report.imports)
     policy = [f for f in report.findings if f.rule in ("forbidden_operator", "judge_import")]
     if policy:
         first = policy[0]
-        return _verdict(Status.POLICY_VIOLATION, f"line {first.line}: {first.message}", task.id.value, target,
+        return _verdict(Status.POLICY_VIOLATION, f"line {first.line}: {first.message}", task.id, target,
                         code_sha256,
                         details={"stage": "static_checks", "rule": first.rule,
                                  "findings": [f.__dict__ for f in report.findings]}, **common)
     if report.findings:
-        return _verdict(Status.COMPILE_ERROR, report.findings[0].message, task.id.value, target, code_sha256,
+        return _verdict(Status.COMPILE_ERROR, report.findings[0].message, task.id, target, code_sha256,
                         details={"stage": "static_checks", "rule": report.findings[0].rule}, **common)
 
     chain = compiler.toolchain(target)
@@ -96,7 +97,7 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
         try:
             result = _build_once(task, paths, source, target, config)
         except OSError as exc:  # the cache disk (full, read-only): ours, and nothing is stored
-            return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id.value,
+            return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id,
                             target, code_sha256, details={"stage": "compile"}, **common)
     pch_note = build_advice.pch_note(result.pch_building_s, stages["compile"])
     if pch_note:  # its own stage, so that the compile's seconds are the candidate's
@@ -104,11 +105,11 @@ def prepare(task_id: str, raw_source: str, *, target: str = "cpu",
         stages["compile"] -= result.pch_building_s
     log = compiler.trim_log(result.log if pch_note is None else f"[judge] {pch_note}\n{result.log}")
     fields = dict(toolchain=chain, compile_log=log, **common)
-    rejected = _rejection(result, task.id.value, target, code_sha256, config, fields,
+    rejected = _rejection(result, task.id, target, code_sha256, config, fields,
                           sent_offset=_sent_offset(raw_source, source), pch_note=pch_note)
     if rejected is not None:
         return rejected
-    return PreparedCandidate(task_id=task.id.value, source=source, code_sha256=code_sha256, build_key=key,
+    return PreparedCandidate(task_id=task.id, source=source, code_sha256=code_sha256, build_key=key,
                              build_dir=paths.build, source_path=paths.source, toolchain=chain, target=target,
                              imports=report.imports, stages=stages, compile_log=log, compile_cached=result.cached,
                              build_advice=build_advice.advice(result.log, result.seconds))
@@ -139,7 +140,7 @@ def _build_once(task: Task, paths: compiler.KeyPaths, source: str, target: str,
         return result
 
 
-def _rejection(result: compiler.BuildResult, task_id: str, target: str, code_sha256: str, config: JudgeConfig,
+def _rejection(result: compiler.BuildResult, task_id: TaskId, target: str, code_sha256: str, config: JudgeConfig,
                fields: dict[str, Any], sent_offset: int | None = None, pch_note: str | None = None) -> Verdict | None:
     """The verdict of a build that ends the candidate's judging here, or None when it goes on to execution.
     `sent_offset`: lines of the text as sent before the judged module (a completion's prose), for the errors'
@@ -230,7 +231,7 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
                                  error=error, infrastructure=why)
 
     try:
-        session = ChildSession("compile", task.id.value, "cpu", paths.build, config, gpu=False, extra_env=extra,
+        session = ChildSession("compile", task.id, "cpu", paths.build, config, gpu=False, extra_env=extra,
                                extra_binds=binds, source=paths.source, wall_s=config.compile_timeout_s + 30)
     except (isolation.IsolationError, OSError) as exc:
         return ours(f"the build sandbox could not start: {exc}")
@@ -274,7 +275,7 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
                              infrastructure=why)
 
 
-def judge(task_id: str, raw_source: str, device: str = "cpu", *, config: JudgeConfig | None = None) -> Verdict:
+def judge(task_id: TaskId | str, raw_source: str, device: str = "cpu", *, config: JudgeConfig | None = None) -> Verdict:
     """prepare + execute."""
     target = "cpu" if torch.device(device).type == "cpu" else "cuda"
     prepared = prepare(task_id, raw_source, target=target, config=config)

@@ -13,7 +13,7 @@ import os
 import select
 import struct
 import time
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -40,7 +40,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def send(fd: int, header: dict[str, Any], payloads: list[bytes] | None = None) -> None:
+def send_header(fd: int, header: dict[str, Any], payloads: list[bytes] | None = None) -> None:
+    """The framing alone: `header` as JSON (with its payloads' sizes added), then the payloads. The parent sends its
+    commands this way (`model_dump()`); a reply is sent with `send`."""
     payloads = payloads or []
     header = {**header, "payload_sizes": [len(p) for p in payloads]}
     body = json.dumps(header).encode()
@@ -97,6 +99,21 @@ def receive(fd: int, *, deadline: float | None = None, limit: int = 64 << 20) ->
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @classmethod
+    def unvalidated(cls, **fields: Any) -> Self:
+        """The model built without validation: how the child builds its replies (`Reply.success`).
+
+        The child does not judge what it sends; the parent validates every reply against this same model, and one
+        that does not fit is the parent's verdict (tamper_detected, rule "protocol"). Validating here would move
+        that verdict into the child (a candidate's output of nine dimensions would fail `Shape` in the child and
+        come back as a runtime_error), and would cost microseconds inside the parent's wall window around `go`
+        (scripts/bench/reply_cost.py). A field name the model lacks is still refused: `model_construct` would
+        drop it silently."""
+        unknown = fields.keys() - cls.model_fields.keys()
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+        return cls.model_construct(**fields)
 
 
 Shape = Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=8)]
@@ -246,16 +263,22 @@ class Reply(Message):
     op: str
     ok: bool
     payload_sizes: list[Annotated[int, Field(ge=0)]] = []
+    # The common fields in the order the wire has them, after the reply's own (`wire_header`).
     error: ErrorInfo | None = None
-    oom: bool = False
     cuda_error: bool = False
+    oom: bool = False
     rejected_output: str | None = None
     """forward() returned something that is not a plain, fresh tensor on the right device."""
-    tripwire_hits: Names = []
-    tampered: Names = []
     python_threads: int = 0
     native_threads: int = 0
     processes: Names = []
+    tampered: Names = []
+    tripwire_hits: Names = []
+
+    @classmethod
+    def success(cls, **fields: Any) -> Self:
+        """An ok reply of this type, its `op` read from the model, built unvalidated (`Message.unvalidated`)."""
+        return cls.unvalidated(op=op_of(cls), ok=True, **fields)
 
 
 class Started(Reply):
@@ -323,9 +346,9 @@ class GoReply(Reply):
     """The child's claim: what a call took (events on a GPU, the host clock on the CPU)."""
     times_ms: Annotated[list[float], Field(max_length=MAX_BATCH)] = []
     """Each call's own time, in order."""
-    event_ms: float | None = None
     host_ms: float
     """The host clock around the whole batch, device-wide synchronisation included."""
+    event_ms: float | None = None
     hidden_work: bool
 
 
@@ -366,6 +389,41 @@ class BuildReply(Message):
 
 
 R = TypeVar("R", bound=BaseModel)
+
+_LEADING = ("op", "ok")
+_COMMON = tuple(name for name in Reply.model_fields if name not in {*_LEADING, "payload_sizes"})
+
+
+_NESTED = frozenset({ErrorInfo})
+"""The messages a reply holds as a field (compared by type: isinstance on a model class costs a microsecond)."""
+
+
+def _set_fields(message: Message) -> dict[str, Any]:
+    """The fields its sender set, in the model's order, with the values as given (a nested message as its own)."""
+    given = message.__pydantic_fields_set__
+    return {name: _set_fields(value) if type(value) in _NESTED else value
+            for name, value in message.__dict__.items() if name in given}
+
+
+def wire_header(message: Reply | BuildReply) -> dict[str, Any]:
+    """A reply's JSON header: the fields its sender set, and no others (an unset default stays off the wire).
+
+    The values go to `json.dumps` as the child computed them, as they did when the child built its replies as
+    dicts, and the keys keep that order too: `op` and `ok`, the reply's own fields, then the common ones. So the
+    bytes on the wire did not change when the child began building models (tests/sandbox/test_reply_wire.py).
+    `payload_sizes` is the framing's: `send_header` adds it, last."""
+    fields = _set_fields(message)
+    fields.pop("payload_sizes", None)
+    if not isinstance(message, Reply):
+        return fields
+    leading = {name: fields.pop(name) for name in _LEADING if name in fields}
+    common = {name: fields.pop(name) for name in _COMMON if name in fields}
+    return {**leading, **fields, **common}
+
+
+def send(fd: int, reply: Reply | BuildReply, payloads: list[bytes] | None = None) -> None:
+    """The child's one way to answer: a reply model, serialised as `wire_header` says, then its payloads."""
+    send_header(fd, wire_header(reply), payloads)
 
 
 def op_of(model: type[Reply]) -> str:

@@ -137,14 +137,14 @@ class ChildSession:
 
     `pre_started`: a spare (sandbox/execution/warm.py) that answers `Started` once its interpreter and torch are up,
     then
-    waits for `Begin`, which names the task, before it touches the device; `task_id` may then be empty.
+    waits for `Begin`, which names the task, before it touches the device; `task_id` is then None.
     `context_at_start`: such a spare creates its device context before `Started` (no kernel of its own yet).
     `source`: the judge-owned file holding the checked source (sandbox/compile.KeyPaths.source), bound read-only
     at SOURCE_MOUNT and imported from there; without it the child imports `candidate.py` in its build
     directory, which is as writable as the rest of that directory.
     """
 
-    def __init__(self, mode: str, task_id: str, device: str, work_dir: Path, config: JudgeConfig,
+    def __init__(self, mode: str, task_id: reference.TaskId | None, device: str, work_dir: Path, config: JudgeConfig,
                  *, gpu: bool, extra_env: dict[str, str] | None = None, wall_s: float,
                  pre_started: bool = False, context_at_start: bool = False,
                  extra_binds: dict[Path, str] | None = None, source: Path | None = None) -> None:
@@ -159,7 +159,7 @@ class ChildSession:
             source_arg = str(source)  # the weaker mechanisms share the host's files (sandbox/isolation.py)
         cmd_r, self._cmd_w = os.pipe()
         self._res_r, res_w = os.pipe()
-        argv = [sys.executable, "-B", "-m", "sandbox.child", mode, "--task", task_id, "--device", device,
+        argv = [sys.executable, "-B", "-m", "sandbox.child", mode, "--task", task_id or "", "--device", device,
                 "--source", source_arg, "--cmd-fd", str(cmd_r), "--res-fd", str(res_w)]
         if pre_started:
             argv.append("--pre-started")
@@ -196,7 +196,7 @@ class ChildSession:
 
     def send(self, header: dict[str, Any]) -> None:
         try:
-            protocol.send(self._cmd_w, header)
+            protocol.send_header(self._cmd_w, header)
         except (BrokenPipeError, OSError):
             raise self._failure("the child closed its command pipe") from None
 
@@ -272,7 +272,7 @@ class ChildSession:
             return
         self._closed = True
         try:
-            protocol.send(self._cmd_w, {"op": "exit"})
+            protocol.send_header(self._cmd_w, {"op": "exit"})
         except OSError:
             pass
         self.process.wait(timeout=timeout_s)

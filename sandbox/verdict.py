@@ -121,16 +121,17 @@ class CompileError(BaseModel):
 
 
 class Verdict(BaseModel):
-    model_config = _JSON_SAFE
+    # `judged_sha256` travels as `source_sha256` (its stored and API name) and is accepted under either name.
+    model_config = ConfigDict(**_JSON_SAFE, validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
     status: Status
     diagnosis: str
     """What went wrong, written for a person or an LLM to act on; a one-line summary when correct."""
     task: str
     device: str
-    source_sha256: str
-    """sha256 of the code judged (the module extracted from the text); of the raw text itself only when no code
-    could be extracted from it. The name is a stored column and an API field; in Python the two are `code_sha256`
-    and `text_sha256`."""
+    judged_sha256: str = Field(alias="source_sha256")
+    """sha256 of what was judged: the code (the module extracted from the text, `code_sha256` elsewhere), or the
+    raw text itself (`text_sha256`) when no code could be extracted from it. On the wire, in stored verdicts and in
+    the API it is `source_sha256`, the name it had first."""
     toolchain: str | None = None
     """Compiler/torch fingerprint used for the build cache key."""
     stages: dict[str, float] = Field(default_factory=dict)

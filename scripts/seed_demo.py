@@ -73,7 +73,7 @@ def insert(session: Session, key: ApiKey, task: str, source: str, verdict: dict,
         batch.total += 1
         line = batch.total
     sub = Submission(id=new_id(), task_id=task, source=source,
-                     source_sha256=hashlib.sha256(source.encode()).hexdigest(),
+                     text_sha256=hashlib.sha256(source.encode()).hexdigest(),
                      api_key_id=key.id, submitter=key.submitter, model=model, tags=tags or [], created_at=created_at,
                      batch_id=batch.id if batch is not None else None, line=line)
     session.add(sub)

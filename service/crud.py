@@ -84,7 +84,7 @@ def find_idempotent(session: Session, key_id: str, idempotency_key: str | None) 
 
 
 def check_replay(existing: Submission, body: schemas.SubmissionCreate) -> Created:
-    if existing.task_id != body.task or existing.source_sha256 != sha256(body.source):
+    if existing.task_id != body.task or existing.text_sha256 != sha256(body.source):
         raise IdempotencyConflict(f"idempotency key {existing.idempotency_key!r} was already used for submission "
                                   f"{existing.id} with a different task or source")
     return Created(existing, duplicate=True)
@@ -110,7 +110,7 @@ def create_submission(session: Session, key: ApiKey, body: schemas.SubmissionCre
     existing = find_idempotent(session, key.id, body.idempotency_key)
     if existing is not None:
         return check_replay(existing, body)
-    submission = Submission(task_id=body.task, source=body.source, source_sha256=sha256(body.source),
+    submission = Submission(task_id=body.task, source=body.source, text_sha256=sha256(body.source),
                             api_key_id=key.id, submitter=key.submitter, idempotency_key=body.idempotency_key,
                             model=body.model, sample_index=body.sample_index, sampling=body.sampling, tags=body.tags,
                             public=body.public)
@@ -165,7 +165,7 @@ def submission_view(session: Session, submission_id: str,
     verdict_row = session.scalars(select(VerdictRow).where(VerdictRow.submission_id == judged_id)).first()
     return schemas.SubmissionOut(
         id=sub.id, task=sub.task_id, submitter=sub.submitter, model=sub.model, sample_index=sub.sample_index,
-        sampling=sub.sampling, tags=sub.tags, source_sha256=sub.source_sha256,
+        sampling=sub.sampling, tags=sub.tags, text_sha256=sub.text_sha256, source_sha256=sub.text_sha256,
         status=PUBLIC[job.state], stage=job.state, position=queue_position(session, job),
         created_at=aware(sub.created_at),
         timestamps=schemas.Timestamps(queued_at=aware(job.queued_at), compile_started_at=aware(job.compile_started_at),

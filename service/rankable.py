@@ -124,7 +124,7 @@ def fetch_query(task: str, above: int = 0):  # noqa: ANN201 - a SQLAlchemy Selec
                    VerdictRow.speedup_eager, VerdictRow.speedup_compile, VerdictRow.speed_of_light,
                    VerdictRow.peak_memory_bytes, VerdictRow.reference_peak_memory_bytes, VerdictRow.extra_passed,
                    VerdictRow.extra_total, VerdictRow.isolation,
-                   func.coalesce(VerdictRow.source_sha256, Submission.source_sha256))
+                   func.coalesce(VerdictRow.source_sha256, Submission.text_sha256))
             .join(Submission, Submission.id == VerdictRow.submission_id)
             .where(*_rankable(task), VerdictRow.id > above))
 

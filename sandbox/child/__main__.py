@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("JUDGE_CHILD_THREADS", "1")))
     if args.mode == "compile":
-        compile_only(args.task, args.source, args.res_fd)
+        compile_only(get_task(args.task).id, args.source, args.res_fd)
         return
     # The first operator the harness probe runs under a TorchFunctionMode imports torch._dynamo (~1.5 s of CPU):
     # imported here, a spare pays it in its CPU-only start instead of inside the device gate. So is torch's
@@ -52,14 +52,15 @@ def main(argv: list[str] | None = None) -> None:
         if args.context_at_start and torch.device(args.device).type == "cuda":
             torch.cuda.set_device(args.device)
             torch.empty(1, device=args.device)
-        protocol.send(args.res_fd, {"op": "started", "ok": True})
+        protocol.send(args.res_fd, protocol.Started.success())
         begin = protocol.parse_command(protocol.receive(args.cmd_fd)[0])
         if not isinstance(begin, protocol.Begin):
             return  # `exit` (the spare was retired), or anything else: nothing to serve
         task_id = begin.task
-    child_cls: type[Child] = TrainingChild if get_task(task_id).training is not None else Child
-    child = child_cls(task_id, args.device, args.source, args.res_fd)
-    protocol.send(args.res_fd, {"op": "ready", "ok": True, "setup_s": child.setup_s})
+    task = get_task(task_id)  # the id as the command line or `Begin` has it
+    child_cls: type[Child] = TrainingChild if task.training is not None else Child
+    child = child_cls(task.id, args.device, args.source, args.res_fd)
+    protocol.send(args.res_fd, protocol.Ready.success(setup_s=child.setup_s))
     serve(child, args.cmd_fd)
 
 

@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 import torch
 
-from reference import get_task
+from reference import TaskId, get_task
 from sandbox.build import hooks as build_hooks
 from sandbox.child import audit as _audit
 from sandbox import compare as _compare
@@ -98,6 +98,9 @@ _WATCHED = [
     "sys:exit", "sys:setprofile", "sys:getprofile", "sys:audit", "os:_exit", "os:write", "os:read", "os:listdir",
     "os:urandom", "gc:callbacks",
     "json:dumps", "json:loads", "builtins:type", "builtins:isinstance",
+    # What builds every reply (sandbox/protocol.py, `Message.unvalidated`; `Child.reply` adds the checks with
+    # `model_copy`): patched, they could drop the integrity fields from each reply on its way out.
+    "pydantic.main:BaseModel.model_construct", "pydantic.main:BaseModel.model_copy",
 ]
 
 
@@ -230,19 +233,19 @@ class OutputRejected(Exception):
 
 # --- helpers ------------------------------------------------------------------------------------
 
-def _error_info(exc: BaseException) -> dict[str, Any]:
+def _error_info(exc: BaseException) -> _protocol.ErrorInfo:
     """Exception type, message and the tail of the traceback, candidate frames first."""
     frames = traceback.extract_tb(exc.__traceback__)
     candidate_frames = [f for f in frames if f.filename.endswith("candidate.py")]
     where = candidate_frames[-1] if candidate_frames else (frames[-1] if frames else None)
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc)[:20000],
-        "where": f"{where.filename}:{where.lineno} in {where.name}" if where else None,
-        "traceback": "\n".join(text.splitlines()[-TRACEBACK_LINES * 3:]),
-        "kind": exc.kind if isinstance(exc, _no_build.NotBuilt) else None,
-    }
+    return _protocol.ErrorInfo.unvalidated(
+        type=type(exc).__name__,
+        message=str(exc)[:20000],
+        where=f"{where.filename}:{where.lineno} in {where.name}" if where else None,
+        traceback="\n".join(text.splitlines()[-TRACEBACK_LINES * 3:]),
+        kind=exc.kind if isinstance(exc, _no_build.NotBuilt) else None,
+    )
 
 
 def _python_threads() -> int:
@@ -308,7 +311,7 @@ class Child:
               "preloaded_modules", "base_python_threads", "base_native_threads", "kernel_names", "findings")
     """The attributes that never change once the candidate is imported: sealed in the audit hook at `load`."""
 
-    def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
+    def __init__(self, task_id: TaskId, device: str, source_path: str, res_fd: int) -> None:
         # First: before any snapshot, and long before the candidate exists. Nothing it could write is trusted.
         _audit.install(untrusted=(os.getcwd(), os.path.dirname(os.path.abspath(source_path)), _BUILD_DIR or ""))
         self.task = get_task(task_id)
@@ -381,22 +384,21 @@ class Child:
     # Every reply carries what the parent needs to decide policy and tampering (the `go` reply excepted:
     # it is inside the parent's timing window, and the `inspect` right after it carries the checks).
     # The integrity checks come last: listing /proc raises audit events, and nothing may run after the checks.
-    def reply(self, header: dict[str, Any], payloads: list[bytes] | None = None, *, lean: bool = False) -> None:
+    def reply(self, message: _protocol.Reply, payloads: list[bytes] | None = None, *, lean: bool = False) -> None:
         if lean:
             found = self.findings + _audit.findings()[0]
-            _protocol.send(self.res_fd, {**header, "tampered": found} if found else header, payloads)
+            _protocol.send(self.res_fd, message.model_copy(update={"tampered": found}) if found else message, payloads)
             return
-        header = {
-            **header,
+        checks: dict[str, Any] = {
             "python_threads": _python_threads() - self.base_python_threads,
             "native_threads": _native_threads() - self.base_native_threads,
             "processes": _other_processes(),
         }
         hits = set(self.tripwires.hits) | set(_audit.findings()[1])
-        header.update(tampered=self.integrity.changed() + self.findings, tripwire_hits=sorted(hits))
-        _protocol.send(self.res_fd, header, payloads)
+        checks.update(tampered=self.integrity.changed() + self.findings, tripwire_hits=sorted(hits))
+        _protocol.send(self.res_fd, message.model_copy(update=checks), payloads)
 
-    def load(self, cmd: _protocol.Load) -> dict[str, Any]:
+    def load(self, cmd: _protocol.Load) -> _protocol.LoadReply:
         """Import the candidate and build ModelNew on the device; nothing is compiled here (sandbox/build/no_build.py).
 
         An extension the build stage did not build fails the load with `NotBuilt`, even when the candidate
@@ -410,7 +412,7 @@ class Child:
             raise
         self.build_guard.raise_if_refused()
         self.extension_modules = frozenset(self._built_extensions())
-        return {"extensions": sorted(self.extension_modules)}
+        return _protocol.LoadReply.success(extensions=sorted(self.extension_modules))
 
     def _seal(self) -> None:
         """Hand the harness's instances to the audit hook, which keeps their attributes where no frame reaches:
@@ -499,25 +501,25 @@ class Child:
         kernels = sorted(n for n in names if any(k in n for k in self.kernel_names))
         return sorted(calls), ops, kernels[:20]
 
-    def trial(self, cmd: _protocol.Trial) -> tuple[dict[str, Any], list[bytes]]:
+    def trial(self, cmd: _protocol.Trial) -> tuple[_protocol.TrialReply, list[bytes]]:
         inputs = self._inputs(cmd)
         before = _compare.fingerprint(inputs)
         out, calls, names = self._profiled(lambda: self.model(*inputs))
         meta, payload = self._output_payload(out, inputs)
         after = _compare.fingerprint(inputs)
         calls_, ops, kernels = self._evidence(calls, names)
-        meta.update(before=before, after=after, custom_calls=calls_, custom_ops=ops, custom_kernels=kernels)
-        return meta, [payload]
+        return _protocol.TrialReply.success(**meta, before=before, after=after, custom_calls=calls_, custom_ops=ops,
+                                            custom_kernels=kernels), [payload]
 
-    def estimate(self, cmd: _protocol.Estimate) -> dict[str, Any]:
+    def estimate(self, cmd: _protocol.Estimate) -> _protocol.EstimateReply:
         inputs = self._inputs(cmd)
         times = _timing.time_calls(self.clock, lambda: self.model(*inputs), reps=3, warmup=1)
-        return {"estimate_ms": sorted(times.times_ms)[1]}
+        return _protocol.EstimateReply.success(estimate_ms=sorted(times.times_ms)[1])
 
     # One timed call is three messages: `arm` (inputs from a fresh seed, fingerprinted, outside the
     # parent's timing window), `go` (the call alone, answered at once), `inspect` (inputs fingerprinted
     # again, integrity checks). The parent's clock runs from sending `go` to reading its reply.
-    def arm(self, cmd: _protocol.Arm) -> dict[str, Any]:
+    def arm(self, cmd: _protocol.Arm) -> _protocol.ArmReply:
         calls = cmd.calls()
         if cmd.null:
             def model(*args: torch.Tensor) -> torch.Tensor:  # the empty call: no inputs, no work
@@ -533,7 +535,7 @@ class Child:
         keeper = self._keeper(len(sets))  # before `_ready_to_time`: its buffers are the judge's, not the peak's
         self._ready_to_time()
         self.armed = (model, sets, keeper)
-        return {"before": before[0], "before_all": before}
+        return _protocol.ArmReply.success(before=before[0], before_all=before)
 
     def _ready_to_time(self) -> None:
         """The end of `arm`, once the batch's inputs exist: the cache evicted (CPU), the device idle, and the
@@ -545,7 +547,7 @@ class Child:
             self.base_memory = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
 
-    def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
+    def go(self, cmd: _protocol.Go) -> tuple[_protocol.GoReply, list[bytes]]:
         if self.armed is None:
             raise RuntimeError("go without arm")
         model, sets, keeper = self.armed
@@ -564,19 +566,21 @@ class Child:
         self.window_outputs = (list(batch.results), batch.kept)
 
     def _batch_reply(self, batch: _timing.BatchTime,
-                     sets: list[list[torch.Tensor]]) -> tuple[dict[str, Any], list[bytes]]:
-        """`go`'s reply: every call's output (each refused if it aliases any input of the batch) and the times."""
+                     sets: list[list[torch.Tensor]]) -> tuple[_protocol.GoReply, list[bytes]]:
+        """`go`'s reply: every call's output (each refused if it aliases any input of the batch) and the times.
+
+        Built inside the parent's wall window around `go` (its clock runs until this reply is read), unvalidated:
+        scripts/bench/reply_cost.py measured what that costs beside the dict the child built before."""
         everything = [t for inputs in sets for t in inputs]
         payloads, meta = [], {}
         for out, kept in zip(batch.results, batch.kept or [None] * len(batch.results)):
             meta, payload = self._output_payload(out, everything, kept)
             payloads.append(payload)
-        meta.update(time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
-                    event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
-                    hidden_work=batch.hidden_work)
-        return meta, payloads
+        return _protocol.GoReply.success(**meta, time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
+                                         event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
+                                         hidden_work=batch.hidden_work), payloads
 
-    def inspect(self, cmd: _protocol.Inspect) -> dict[str, Any]:
+    def inspect(self, cmd: _protocol.Inspect) -> _protocol.InspectReply:
         if self.armed is None:
             raise RuntimeError("inspect without arm")
         _, sets, _ = self.armed
@@ -584,7 +588,7 @@ class Child:
         peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory) if self.device.type == "cuda" else None
         after = [_compare.fingerprint(inputs) for inputs in sets]
         self._compare_kept()
-        return {"after": after[0], "after_all": after, "peak_memory_bytes": peak}
+        return _protocol.InspectReply.success(after=after[0], after_all=after, peak_memory_bytes=peak)
 
     def _compare_kept(self) -> None:
         """After the harness has run again (fingerprints allocate, which is when an allocator callback would launch
@@ -593,9 +597,9 @@ class Child:
         self.findings.extend(_window.changed_after(*self.window_outputs))
         self.window_outputs = ([], ())
 
-    def calibrate(self, cmd: _protocol.Calibrate) -> dict[str, Any]:
+    def calibrate(self, cmd: _protocol.Calibrate) -> _protocol.CalibrateReply:
         """Before the candidate exists: measure the clocks' overhead."""
-        return {"host_overhead_ms": self.clock.calibrate(cmd.reps)}
+        return _protocol.CalibrateReply.success(host_overhead_ms=self.clock.calibrate(cmd.reps))
 
 
 def serve(child: Child, cmd_fd: int) -> None:
@@ -612,19 +616,20 @@ def serve(child: Child, cmd_fd: int) -> None:
         try:
             result = handlers[op](cmd)
         except OutputRejected as exc:
-            child.reply({"op": op, "ok": True, "rejected_output": str(exc)})
+            child.reply(_protocol.Reply.unvalidated(op=op, ok=True, rejected_output=str(exc)))
             continue
         except BaseException as exc:  # noqa: BLE001 - every candidate failure becomes a reply, not a crash
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            child.reply({"op": op, "ok": False, "error": _error_info(exc),
-                         "cuda_error": hasattr(torch, "AcceleratorError") and isinstance(exc, torch.AcceleratorError),
-                         "oom": isinstance(exc, torch.OutOfMemoryError)})
+            child.reply(_protocol.Reply.unvalidated(
+                op=op, ok=False, error=_error_info(exc),
+                cuda_error=hasattr(torch, "AcceleratorError") and isinstance(exc, torch.AcceleratorError),
+                oom=isinstance(exc, torch.OutOfMemoryError)))
             if isinstance(exc, SystemExit) or op == "load" or "CUDA error" in str(exc):
                 return  # the process state (or the CUDA context) is not fit for another step
             continue
-        header, payloads = result if isinstance(result, tuple) else (result, [])
-        child.reply({"op": op, "ok": True, **header}, payloads, lean=op == "go")
+        message, payloads = result if isinstance(result, tuple) else (result, [])
+        child.reply(message, payloads, lean=op == "go")
 
 
 def _is_build_failure(message: str) -> bool:
@@ -644,13 +649,13 @@ def _construct_for_build(module: types.ModuleType) -> None:
         model_cls()
     except Exception as exc:  # noqa: BLE001 - the candidate's __init__, judged again in the execution child
         info = _error_info(exc)
-        if _is_build_failure(info["message"]):
+        if _is_build_failure(info.message):
             raise
-        print(f"[judge] ModelNew() did not finish in the build child, which has no device ({info['type']}: "
-              f"{info['message'][:300]}); extensions it built before that are kept", file=sys.stderr, flush=True)
+        print(f"[judge] ModelNew() did not finish in the build child, which has no device ({info.type}: "
+              f"{info.message[:300]}); extensions it built before that are kept", file=sys.stderr, flush=True)
 
 
-def precompile_jit(module: types.ModuleType, task_id: str) -> None:
+def precompile_jit(module: types.ModuleType, task_id: TaskId) -> None:
     """Call ModelNew once per judged shape so that a JIT language whose compile the execution child finds again
     (languages.PRECOMPILED: TileLang, through its cache in the build directory) compiles here, in the build
     stage, and not while the device is held. The inputs are uninitialised host tensors of each shape (the first
@@ -678,7 +683,7 @@ def precompile_jit(module: types.ModuleType, task_id: str) -> None:
                   f"{type(exc).__name__}: {str(exc)[:200]})", file=sys.stderr, flush=True)
 
 
-def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
+def compile_only(task_id: TaskId, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
     accel, slim = os.environ.get("JUDGE_BUILD_ACCEL"), os.environ.get("JUDGE_SLIM_HEADERS") == "1"
@@ -695,11 +700,12 @@ def compile_only(task_id: str, source_path: str, res_fd: int) -> None:
         precompile_jit(module, task_id)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides the verdict
         info = _error_info(exc)
-        _protocol.send(res_fd, {"ok": False, "build_failed": _is_build_failure(info["message"]), "error": info,
-                                "tripwire_hits": sorted(set(tripwires.hits)), "seconds": time.monotonic() - started})
+        _protocol.send(res_fd, _protocol.BuildReply.unvalidated(
+            ok=False, build_failed=_is_build_failure(info.message), error=info,
+            tripwire_hits=sorted(set(tripwires.hits)), seconds=time.monotonic() - started))
         return
-    _protocol.send(res_fd, {"ok": True, "tripwire_hits": sorted(set(tripwires.hits)),
-                            "seconds": time.monotonic() - started})
+    _protocol.send(res_fd, _protocol.BuildReply.unvalidated(ok=True, tripwire_hits=sorted(set(tripwires.hits)),
+                                                            seconds=time.monotonic() - started))
 
 
 def exit_now() -> None:

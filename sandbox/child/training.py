@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from reference.task import generator, row_chunks
+from reference.task import TaskId, generator, row_chunks
 from reference.training import grad_output_scale
 from sandbox import compare as _compare
 from sandbox import protocol as _protocol
@@ -89,7 +89,7 @@ class TrainingChild(_child.Child):
 
     SEALED = (*_child.Child.SEALED, "grad_input")
 
-    def __init__(self, task_id: str, device: str, source_path: str, res_fd: int) -> None:
+    def __init__(self, task_id: TaskId, device: str, source_path: str, res_fd: int) -> None:
         super().__init__(task_id, device, source_path, res_fd)
         assert self.task.training is not None
         self.grad_input = self.task.training.grad_input
@@ -172,7 +172,7 @@ class TrainingChild(_child.Child):
 
     # --- commands ---------------------------------------------------------------------------------
 
-    def trial(self, cmd: _protocol.Trial) -> tuple[dict[str, Any], list[bytes]]:
+    def trial(self, cmd: _protocol.Trial) -> tuple[_protocol.TrainTrialReply, list[bytes]]:
         inputs = self._inputs(cmd)
         before = _compare.fingerprint(inputs)
         inputs[self.grad_input].requires_grad_(True)
@@ -188,12 +188,12 @@ class TrainingChild(_child.Child):
         after = _compare.fingerprint(inputs)
         calls, ops, kernels = self._evidence(f_calls | b_calls, f_names | b_names)
         b_calls_, b_ops, b_kernels = self._evidence(b_calls, b_names)
-        meta.update(before=before, after=after, custom_calls=calls, custom_ops=ops, custom_kernels=kernels,
-                    backward_custom_calls=b_calls_, backward_custom_ops=b_ops, backward_custom_kernels=b_kernels,
-                    custom_function=custom_function)
-        return meta, [payload]
+        return _protocol.TrainTrialReply.success(
+            **meta, before=before, after=after, custom_calls=calls, custom_ops=ops, custom_kernels=kernels,
+            backward_custom_calls=b_calls_, backward_custom_ops=b_ops, backward_custom_kernels=b_kernels,
+            custom_function=custom_function), [payload]
 
-    def estimate(self, cmd: _protocol.Estimate) -> dict[str, Any]:
+    def estimate(self, cmd: _protocol.Estimate) -> _protocol.EstimateReply:
         inputs = self._inputs(cmd)
         leaf = inputs[self.grad_input].requires_grad_(True)
         scale = self._scale(cmd.seed)
@@ -203,12 +203,12 @@ class TrainingChild(_child.Child):
             return self._step(self.model, inputs, scale)
 
         times = _timing.time_calls(self.clock, step, reps=3, warmup=1)
-        return {"estimate_ms": sorted(times.times_ms)[1]}
+        return _protocol.EstimateReply.success(estimate_ms=sorted(times.times_ms)[1])
 
     # A timed batch of steps (or of forwards alone): `arm` makes each step's inputs and incoming gradient,
     # `go` runs the steps back to back (sandbox/execution/timing.py, `time_batch`) and keeps every step's gradient,
     # `grad_check` reports one of them (the parent asks for each in turn), `inspect` fingerprints the inputs.
-    def arm(self, cmd: _protocol.Arm) -> dict[str, Any]:
+    def arm(self, cmd: _protocol.Arm) -> _protocol.ArmReply:
         if cmd.null:
             self.mode = "null"
             return super().arm(cmd)
@@ -227,9 +227,9 @@ class TrainingChild(_child.Child):
         keeper = self._keeper(len(sets), leaves)
         self._ready_to_time()
         self.step_armed = (self.model, sets, keeper)
-        return {"before": before[0], "before_all": before}
+        return _protocol.ArmReply.success(before=before[0], before_all=before)
 
-    def go(self, cmd: _protocol.Go) -> tuple[dict[str, Any], list[bytes]]:
+    def go(self, cmd: _protocol.Go) -> tuple[_protocol.GoReply, list[bytes]]:
         if self.mode == "null":
             return super().go(cmd)
         if self.step_armed is None:
@@ -255,7 +255,7 @@ class TrainingChild(_child.Child):
                 self.grads.append(self._take_grad(inputs, losses, everything))
         return reply
 
-    def inspect(self, cmd: _protocol.Inspect) -> dict[str, Any]:
+    def inspect(self, cmd: _protocol.Inspect) -> _protocol.InspectReply:
         if self.mode == "null":
             return super().inspect(cmd)
         if self.step_armed is None:
@@ -264,9 +264,9 @@ class TrainingChild(_child.Child):
         self.step_armed = None
         after = [_compare.fingerprint(inputs) for inputs in sets]
         self._compare_kept()
-        return {"after": after[0], "after_all": after, "peak_memory_bytes": self.step_peak}
+        return _protocol.InspectReply.success(after=after[0], after_all=after, peak_memory_bytes=self.step_peak)
 
-    def grad_check(self, cmd: _protocol.GradCheck) -> tuple[dict[str, Any], list[bytes]]:
+    def grad_check(self, cmd: _protocol.GradCheck) -> tuple[_protocol.GradCheckReply, list[bytes]]:
         """The last step's gradient: every row projected on fresh weights (fp64), and the sampled rows' bytes."""
         if cmd.call >= len(self.grads):
             raise RuntimeError(f"grad_check of step {cmd.call}: the last batch left {len(self.grads)} gradient(s)")
@@ -275,11 +275,11 @@ class TrainingChild(_child.Child):
             self.clock.synchronize()
             late = _window.gradient_changed_after(grad, self.step_kept[cmd.call], cmd.call)
             self.findings.extend([late] if late else [])
-        meta = {"dtype": _compare.dtype_name(grad.dtype), "shape": list(grad.shape)}
+        reply = _protocol.GradCheckReply.success(dtype=_compare.dtype_name(grad.dtype), shape=list(grad.shape))
         if grad.dim() != 2 or not grad.is_floating_point():
-            return meta, []  # the parent refuses the shape or dtype before reading any payload
+            return reply, []  # the parent refuses the shape or dtype before reading any payload
         grad = grad.detach()
         projections = project_rows(grad, projection_weights(grad.shape[1], cmd.weight_seed, self.device))
         index = torch.tensor(cmd.rows, dtype=torch.int64, device=self.device)
         rows = grad[index].contiguous().cpu()
-        return meta, [projections.cpu().numpy().tobytes(), rows.view(-1).view(torch.uint8).numpy().tobytes()]
+        return reply, [projections.cpu().numpy().tobytes(), rows.view(-1).view(torch.uint8).numpy().tobytes()]

@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from reference import TaskId
 from sandbox.config import JudgeConfig
 from sandbox.environment import device_name
 from sandbox.execution import timing
@@ -40,13 +41,13 @@ request. Done in Python rather than with `setpriv --pdeathsig`, which needs util
 in a package some distributions ship separately: the interpreter is always there."""
 
 
-def cache_key(task_id: str, device: str, shape: tuple[int, ...], threads: int) -> str:
+def cache_key(task_id: TaskId, device: str, shape: tuple[int, ...], threads: int) -> str:
     """Everything a baseline depends on, the timing method included (a change of it re-measures)."""
     return (f"{device_name(device)}|torch {torch.__version__}|{task_id}|{'x'.join(map(str, shape))}"
             f"|threads {threads}|timing v{timing.METHOD_VERSION}")
 
 
-def get_baselines(task_id: str, device: str, shape: tuple[int, ...], config: JudgeConfig) -> dict:
+def get_baselines(task_id: TaskId, device: str, shape: tuple[int, ...], config: JudgeConfig) -> dict:
     """Cached baselines for this device model; measured in a trusted subprocess when missing."""
     config.cache_root.mkdir(parents=True, exist_ok=True)
     path = config.cache_root / CACHE_FILE

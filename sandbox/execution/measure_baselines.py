@@ -65,7 +65,8 @@ def bandwidth_probe(device: torch.device, reps: int = 20) -> dict:
             "bandwidth_probe": {"chosen": chosen, "reps": reps, "buffer_bytes": n * 4, **probes}}
 
 
-def measure(task_id: str, device_str: str, shape: tuple[int, ...], names: tuple[str, ...], config: JudgeConfig) -> dict:
+def measure(task_id: TaskId, device_str: str, shape: tuple[int, ...], names: tuple[str, ...],
+            config: JudgeConfig) -> dict:
     torch.set_num_threads(config.child_threads)
     device = torch.device(device_str)
     task = get_task(task_id)
@@ -195,7 +196,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     shape = tuple(int(x) for x in args.shape.split(","))
-    result = measure(args.task, args.device, shape, tuple(args.names.split(",")), JudgeConfig())
+    result = measure(get_task(args.task).id, args.device, shape, tuple(args.names.split(",")), JudgeConfig())
     Path(args.out).write_text(json.dumps(result))
 
 

@@ -298,7 +298,7 @@ class Execution:
             fields["environment"] = self.warm.environment or describe(self.device, self.session.mechanism)
             self.stages.update(self.warm.pre_stages())
             return
-        self.session = ChildSession("execute", self.task.id.value, self.device, work_dir, self.config,
+        self.session = ChildSession("execute", self.task.id, self.device, work_dir, self.config,
                                     gpu=self.is_cuda, wall_s=self.config.run_timeout_s,
                                     extra_env=self.extensions_env(), source=self.source_path)
         fields["environment"] = describe(self.device, self.session.mechanism)

@@ -37,14 +37,14 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
     """
     config = config or JudgeConfig()
     task = get_task(prepared.task_id)
-    if child is not None and (child.task_id != task.id.value or child.device != device):
+    if child is not None and (child.task_id != task.id or child.device != device):
         return _on_a_child_of_its_own(prepared, device, config, child)
     run = _set_up(task, prepared, device, config, child)
-    identity = {"task": task.id.value, "device": device, "source_sha256": prepared.code_sha256,
+    identity = {"task": task.id.value, "device": device, "judged_sha256": prepared.code_sha256,
                 "toolchain": prepared.toolchain, "imports": prepared.imports, "compile_log": prepared.compile_log}
     try:
         with run.stage(Stage.BASELINES):
-            baselines = get_baselines(task.id.value, device, run.shape, config)
+            baselines = get_baselines(task.id, device, run.shape, config)
     except Exception as exc:  # noqa: BLE001 - our measurement failed: not the candidate's fault
         if child is not None:
             child.discard()

@@ -76,7 +76,7 @@ from typing import Any, ContextManager, TypeVar
 import torch
 from typing_extensions import Self
 
-from reference import get_task
+from reference import TaskId, get_task
 from sandbox import protocol as msg
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
@@ -139,7 +139,7 @@ class WarmChild:
 
     session: ChildSession
     device: str
-    task_id: str
+    task_id: TaskId
     work_dir: Path
     """Bound at the child's /build since it started; `execute` copies the candidate's build here."""
     gate: DeviceGate
@@ -231,7 +231,7 @@ class _Slot:
     gate: DeviceGate = field(default_factory=DeviceGate)
     ready: list[WarmChild] = field(default_factory=list)
     standby: list[Standby] = field(default_factory=list)
-    want_task: str | None = None
+    want_task: TaskId | None = None
     starting: set[ChildSession] = field(default_factory=set)
     """Children between spawn and ready, standby ones included (killed by `close`)."""
     spawning: int = 0
@@ -255,7 +255,7 @@ class WarmPool:
     docstring)."""
 
     def __init__(self, devices: Iterable[str], config: JudgeConfig | None = None, *, spares: int = 1,
-                 standby: int = 0, max_age_s: float = DEFAULT_MAX_AGE_S, task_id: str | None = None,
+                 standby: int = 0, max_age_s: float = DEFAULT_MAX_AGE_S, task_id: TaskId | None = None,
                  precalibrate: bool = True, between_candidates: bool | None = None,
                  start_slots: HostStartSlots | None = None) -> None:
         """`task_id`: the task to set the first spares up for (else the first `acquire` names it).
@@ -289,7 +289,7 @@ class WarmPool:
 
     # --- the caller's side --------------------------------------------------------------------------
 
-    def acquire(self, device: str, task_id: str, timeout_s: float = 3 * READY_TIMEOUT_S) -> WarmChild | None:
+    def acquire(self, device: str, task_id: TaskId, timeout_s: float = 3 * READY_TIMEOUT_S) -> WarmChild | None:
         """A ready child for `task_id` on `device`, now or when one is ready; the caller owns it (pass it to
         `execute`, or `discard` it). None when the pool is closed, the device is not the pool's, starts keep
         failing, or none is ready within `timeout_s`: the caller then starts a child itself."""
@@ -317,7 +317,7 @@ class WarmPool:
                 self._cond.wait(min(remaining, CHECK_INTERVAL_S))
         return None
 
-    def _take(self, slot: _Slot, task_id: str) -> WarmChild | None:
+    def _take(self, slot: _Slot, task_id: TaskId) -> WarmChild | None:
         """Under the lock: the oldest ready spare of `task_id` fit to serve (those unfit are discarded first)."""
         self._tidy(slot)
         for child in slot.ready:
@@ -551,7 +551,7 @@ class WarmPool:
             with self.start_slots.hold(abort=self._closed.is_set) as slot_wait_s:
                 spawned = time.monotonic()
                 # Its wall limit covers its idle life; `hand_over` restarts it for the candidate.
-                session = ChildSession("execute", "", device, work_dir, config, gpu=not is_cpu, pre_started=True,
+                session = ChildSession("execute", None, device, work_dir, config, gpu=not is_cpu, pre_started=True,
                                        context_at_start=config.spare_context_at_start,
                                        wall_s=self.max_age_s + 3 * READY_TIMEOUT_S)
                 with self._cond:
@@ -572,7 +572,7 @@ class WarmPool:
             shutil.rmtree(work_dir, ignore_errors=True)
             raise
 
-    def _set_up(self, slot: _Slot, spare: Standby, task_id: str) -> WarmChild:
+    def _set_up(self, slot: _Slot, spare: Standby, task_id: TaskId) -> WarmChild:
         """(Device quiet) `Begin`, `Ready`, calibration, the environment. Raises on any failure, the child killed
         and its directory removed."""
         session, device = spare.session, slot.device
@@ -604,7 +604,7 @@ class WarmPool:
             spare.discard()
             raise
 
-    def _calibrate(self, session: ChildSession, task_id: str, device: str) -> tuple[list[TimedCall] | None, float]:
+    def _calibrate(self, session: ChildSession, task_id: TaskId, device: str) -> tuple[list[TimedCall] | None, float]:
         """`Execution.calibrate` on this child, exactly as a cold `execute` runs it; its results are adopted."""
         task = get_task(task_id)
         shape = task.official_shape if torch.device(device).type == "cuda" else task.cpu_shape

@@ -21,7 +21,7 @@ import traceback
 
 import torch
 
-from reference import OFFICIAL, get_task
+from reference import OFFICIAL, TaskId, get_task
 from sandbox.build import no_build
 
 CANDIDATE_MODULE = "candidate"
@@ -43,7 +43,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run(task_id: str, device_name: str, source: str, calls: int, seed: int) -> None:
+def run(task_id: TaskId, device_name: str, source: str, calls: int, seed: int) -> None:
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("JUDGE_CHILD_THREADS", "1")))
     try:
-        run(args.task, args.device, args.source, args.calls, args.seed)
+        run(get_task(args.task).id, args.device, args.source, args.calls, args.seed)
     except BaseException as exc:  # noqa: BLE001 - the candidate's failure, reported on stderr for the judge
         traceback.print_exc(limit=-6)
         print(f"[profile] {type(exc).__name__}: {exc}"[:2000], file=sys.stderr, flush=True)

@@ -88,7 +88,7 @@ def judged(i: int, code: str, rng: random.Random, status: str | None = None) -> 
         if status is None or verdict_status == status:
             break
     perf = v["performance"] or {}
-    sub = {"id": sid, "task_id": "kl_div", "source": code, "source_sha256": hashlib.sha256(code.encode()).hexdigest(),
+    sub = {"id": sid, "task_id": "kl_div", "source": code, "text_sha256": hashlib.sha256(code.encode()).hexdigest(),
            "api_key_id": key["id"], "submitter": key["submitter"], "model": rng.choice(MODELS), "sampling": {},
            "tags": [], "created_at": when}
     job = {"submission_id": sid, "task_id": "kl_div", "state": "done", "queued_at": when, "not_before": when,

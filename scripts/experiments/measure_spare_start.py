@@ -87,7 +87,7 @@ def spare_starts(count: int, device: str, config: JudgeConfig, extra_env: dict[s
     def one(i: int) -> None:
         with tempfile.TemporaryDirectory(prefix="spare-start-") as work:
             spawned = time.monotonic()
-            session = ChildSession("execute", "", device, Path(work), config, gpu=gpu, pre_started=True,
+            session = ChildSession("execute", None, device, Path(work), config, gpu=gpu, pre_started=True,
                                    wall_s=300, extra_env=extra_env)
             try:
                 reply = session.receive(240)

@@ -209,7 +209,9 @@ class SubmissionOut(BaseModel):
     sample_index: int | None
     sampling: dict[str, Any]
     tags: list[str]
-    source_sha256: str
+    text_sha256: str = Field(description="sha256 of the text as sent (UTF-8).")
+    source_sha256: str = Field(description="The same value as `text_sha256`, under its first name: kept for existing "
+                                           "clients.")
     status: PublicStatus = Field(description="queued, compiling, running or done.")
     stage: JobState = Field(description="The exact job state; `compiled` means built and waiting for a device.")
     position: int | None = Field(description="While queued: how many ready jobs are ahead of this one (0 = next).")
@@ -260,7 +262,9 @@ class SubmissionSource(BaseModel):
     id: str
     task: str
     source: str = Field(description="Exactly what was submitted (a bare module or a raw completion).")
-    source_sha256: str
+    text_sha256: str = Field(description="sha256 of `source` (UTF-8).")
+    source_sha256: str = Field(description="The same value as `text_sha256`, under its first name: kept for existing "
+                                           "clients.")
 
 
 class Shapes(BaseModel):

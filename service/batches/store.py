@@ -140,7 +140,7 @@ def create_batch(session: Session, key: ApiKey, samples: list[tuple[int, Sample]
                          "queued_at": now, "claims": 0, "crashes": 0, "system_errors": 0,
                          "fair_key": start + len(jobs)})
         subs.append({"id": sub_id, "task_id": sample.task, "source": text,
-                     "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "api_key_id": key.id,
+                     "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "api_key_id": key.id,
                      "submitter": key.submitter, "idempotency_key": None, "model": sample.model,
                      "sample_index": sample.sample_index, "sampling": sample.sampling, "tags": sample.tags or tags,
                      "created_at": now, "batch_id": batch.id, "line": line, "duplicate_of": original,

@@ -88,7 +88,9 @@ class Submission(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     task_id: Mapped[str] = mapped_column(String(64), index=True)
     source: Mapped[str] = mapped_column(Text)
-    source_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    text_sha256: Mapped[str] = mapped_column("source_sha256", String(64), index=True)
+    """sha256 of the text as sent (the raw completion or module). The column keeps its first name, `source_sha256`:
+    renaming it would take a migration and change nothing it holds."""
     api_key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"))
     submitter: Mapped[str] = mapped_column(String(100))
     idempotency_key: Mapped[str | None] = mapped_column(String(200))

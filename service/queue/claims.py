@@ -55,7 +55,8 @@ class Claim:
     submission_id: str
     task_id: str
     source: str
-    source_sha256: str
+    text_sha256: str
+    """sha256 of `source`, the text as sent."""
     token: str
     crashes: int
     """Times this job's lease expired under a worker before this claim."""
@@ -144,7 +145,7 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
             job.compiled_at = job.run_started_at = None
             session.add(JobAttempt(job_id=job.id, claim_token=token, worker_id=worker_id, started_at=now))
             sub = session.get(Submission, job.submission_id)
-            claims.append(Claim(job.id, job.submission_id, job.task_id, sub.source, sub.source_sha256, token,
+            claims.append(Claim(job.id, job.submission_id, job.task_id, sub.source, sub.text_sha256, token,
                                 job.crashes))
     return claims
 

@@ -118,7 +118,7 @@ class CompileOnlyJudge(SandboxJudge):
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict:
         return Verdict(status=Status.CORRECT, task=prepared.task_id, device=device,
-                       source_sha256=prepared.code_sha256, toolchain=prepared.toolchain, stages=prepared.stages,
+                       judged_sha256=prepared.code_sha256, toolchain=prepared.toolchain, stages=prepared.stages,
                        imports=prepared.imports, compile_log=prepared.compile_log,
                        diagnosis="compile-only judge (load testing): compiled, NOT run, NOT checked, NOT timed",
                        details={"judge_mode": self.mode, "executed": False})
@@ -135,15 +135,15 @@ def make_judge(settings: Settings) -> Judge:
     return SandboxJudge(config, spares=settings.warm_spares, standby=settings.warm_standby)
 
 
-def system_error(task_id: str, device: str, source_sha256: str, stage: str, exc: BaseException) -> Verdict:
+def system_error(task_id: str, device: str, text_sha256: str, stage: str, exc: BaseException) -> Verdict:
     """The judge itself raised: our failure, never the candidate's. Retried by the queue."""
     tail = "".join(traceback.format_exception(exc)[-6:])
-    return Verdict(status=Status.SYSTEM_ERROR, task=task_id, device=device, source_sha256=source_sha256,
+    return Verdict(status=Status.SYSTEM_ERROR, task=task_id, device=device, judged_sha256=text_sha256,
                    diagnosis=f"the judge failed during {stage}: {type(exc).__name__}: {exc}",
                    details={"stage": stage, "traceback": tail[-4000:]})
 
 
-def crash_loop_verdict(task_id: str, device: str, source_sha256: str, crashes: int) -> Verdict:
+def crash_loop_verdict(task_id: str, device: str, text_sha256: str, crashes: int) -> Verdict:
     """The final verdict of a job whose workers were lost `crashes` times while its candidate executed.
 
     A system_error, stored as final (claims.finish(final=True)): the retries end, since a candidate that
@@ -151,7 +151,7 @@ def crash_loop_verdict(task_id: str, device: str, source_sha256: str, crashes: i
     expires while the candidate runs is the candidate's doing or the infrastructure's (an OOM kill, a host
     going down, an operator's kill, a database outage longer than the lease), and nothing here tells which;
     a runtime_error would blame the candidate for a cause nobody observed (RetryPolicy.crash_loop)."""
-    return Verdict(status=Status.SYSTEM_ERROR, task=task_id, device=device, source_sha256=source_sha256,
+    return Verdict(status=Status.SYSTEM_ERROR, task=task_id, device=device, judged_sha256=text_sha256,
                    diagnosis=f"not judged: the worker judging this candidate was lost {crashes} times while the "
                              "candidate executed (its lease expired: a killed or crashed worker, or a database "
                              "outage longer than the lease); the cause is not known, so the candidate is not "

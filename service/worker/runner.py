@@ -275,7 +275,7 @@ class Worker:
                      f" after {claim.crashes} worker crash(es) while running it" if claim.crashes else "")
             self._fault_point(claim, HeldPhase.CLAIMED)
             if self.policy.crash_loop(claim.crashes):
-                verdict = crash_loop_verdict(claim.task_id, self.devices[0], claim.source_sha256, claim.crashes)
+                verdict = crash_loop_verdict(claim.task_id, self.devices[0], claim.text_sha256, claim.crashes)
                 self._finish(claim, verdict, final=True)
                 return
         with self.lock:
@@ -327,7 +327,7 @@ class Worker:
         try:
             result = self.judge.prepare(claim.task_id, claim.source, target=self.target)
         except Exception as exc:  # noqa: BLE001 - the judge's own failure: system_error, retried with backoff
-            result = system_error(claim.task_id, self.target, claim.source_sha256, "prepare", exc)
+            result = system_error(claim.task_id, self.target, claim.text_sha256, "prepare", exc)
         self.stats.observe("compile", time.monotonic() - started)  # compile errors included
         if isinstance(result, Verdict):
             self._finish(claim, result)
@@ -368,7 +368,7 @@ class Worker:
         try:
             verdict = self.judge.execute(prepared, self.sandbox_devices[device])
         except Exception as exc:  # noqa: BLE001 - the judge's own failure: system_error, retried with backoff
-            verdict = system_error(claim.task_id, device, claim.source_sha256, "execute", exc)
+            verdict = system_error(claim.task_id, device, claim.text_sha256, "execute", exc)
         busy = time.monotonic() - started
         holds.ended(self.db, claim.token)
         with self.lock:

@@ -15,7 +15,7 @@ def pipe():
 
 def test_round_trip_with_payloads():
     r, w = pipe()
-    protocol.send(w, {"op": "trial", "ok": True}, [b"\x00\x01", b"abc"])
+    protocol.send_header(w, {"op": "trial", "ok": True}, [b"\x00\x01", b"abc"])
     header, payloads = protocol.receive(r, deadline=None)
     assert header["op"] == "trial" and header["payload_sizes"] == [2, 3]
     assert payloads == [b"\x00\x01", b"abc"]
@@ -30,7 +30,7 @@ def test_oversized_header_is_refused():
 
 def test_payload_over_limit_is_refused_before_reading_it():
     r, w = pipe()
-    protocol.send(w, {"op": "x"}, [b"x" * 100])
+    protocol.send_header(w, {"op": "x"}, [b"x" * 100])
     with pytest.raises(protocol.ProtocolError, match="exceed the limit"):
         protocol.receive(r, limit=10)
 

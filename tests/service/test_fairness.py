@@ -59,7 +59,7 @@ def _insert_batch(db: Database, n: int) -> str:
         s.flush()
         ids = [new_id() for _ in range(n)]
         s.execute(insert(Submission), [
-            {"id": i, "task_id": "kl_div", "source": SOURCE, "source_sha256": SOURCE_SHA256,
+            {"id": i, "task_id": "kl_div", "source": SOURCE, "text_sha256": SOURCE_SHA256,
              "api_key_id": key.id, "submitter": key.submitter, "sampling": {}, "tags": [], "created_at": now,
              "batch_id": batch.id, "line": n_ + 1} for n_, i in enumerate(ids)])
         s.execute(insert(Job), [{"submission_id": i, "task_id": "kl_div", "state": JobState.QUEUED, "not_before": now,

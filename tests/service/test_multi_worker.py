@@ -115,7 +115,7 @@ def insert_jobs(db: Database, n: int) -> str:
         s.flush()
         ids = [new_id() for _ in range(n)]
         s.execute(insert(Submission), [
-            {"id": i, "task_id": "kl_div", "source": SOURCE, "source_sha256": SHA, "api_key_id": key.id,
+            {"id": i, "task_id": "kl_div", "source": SOURCE, "text_sha256": SHA, "api_key_id": key.id,
              "submitter": "multi", "sampling": {}, "tags": [], "created_at": now, "batch_id": batch, "line": k + 1}
             for k, i in enumerate(ids)])
         s.execute(insert(Job), [{"submission_id": i, "task_id": "kl_div", "state": JobState.QUEUED,

@@ -55,7 +55,7 @@ def test_status_moves_through_stages_and_reports_verdict(client, auth, db):
     assert q.advance(db, claim.token, q.JobState.RUNNING)
     assert client.get(f"/v1/submissions/{sub_id}").json()["status"] == "running"
     verdict = Verdict(status=Status.INCORRECT, diagnosis="trial 0: off by 1e-2", task="kl_div", device="cpu",
-                      source_sha256=claim.source_sha256)
+                      judged_sha256=claim.text_sha256)
     assert q.finish(db, claim.token, verdict, "w", q.RetryPolicy()) == "verdict"
     view = client.get(f"/v1/submissions/{sub_id}").json()
     assert view["status"] == "done" and view["position"] is None
@@ -324,3 +324,22 @@ def test_source_documents_both_media_types(client):
         "responses"]["200"]["content"]
     assert content["text/plain"]["schema"] == {"type": "string"}
     assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/SubmissionSource"}
+
+
+def test_the_text_hash_is_text_sha256_and_still_source_sha256_for_existing_clients(client, auth, db):
+    """One meaning per name: `text_sha256` is the sha256 of the text as sent; `source_sha256`, its first name, keeps
+    the same value in the responses, and the database column keeps that name (no migration)."""
+    import hashlib
+
+    from sqlalchemy import text
+
+    sub_id = submit(client, auth).json()["id"]
+    expected = hashlib.sha256(SOURCE.encode()).hexdigest()
+    view = client.get(f"/v1/submissions/{sub_id}").json()
+    source = client.get(f"/v1/submissions/{sub_id}/source", headers=auth).json()
+    assert view["text_sha256"] == view["source_sha256"] == expected
+    assert source["text_sha256"] == source["source_sha256"] == expected
+    with db.transaction(read_only=True) as s:
+        assert s.get(Submission, sub_id).text_sha256 == expected
+        stored = s.execute(text("SELECT source_sha256 FROM submissions WHERE id = :id"), {"id": sub_id}).scalar_one()
+    assert stored == expected

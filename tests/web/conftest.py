@@ -105,7 +105,7 @@ class Seeder:
             held = session.get(Batch, batch.id)
             held.total += 1
             held.duplicates += duplicate_of is not None
-            sub = Submission(id=new_id(), task_id=task, source=code, source_sha256=hashlib.sha256(
+            sub = Submission(id=new_id(), task_id=task, source=code, text_sha256=hashlib.sha256(
                 code.encode()).hexdigest(), api_key_id=self.key(session, held.submitter).id, submitter=held.submitter,
                 model=model, created_at=T0 + dt.timedelta(minutes=self.n), batch_id=batch.id, line=held.total,
                 duplicate_of=duplicate_of)

@@ -211,7 +211,8 @@ def read_source(submission_id: str, viewer: ViewerDep, session: ReadSessionDep, 
     if _prefers_text(request.headers.get("accept")):
         return Response(sub.source, media_type="text/plain; charset=utf-8", headers={"Vary": "Accept"})
     response.headers["Vary"] = "Accept"
-    return schemas.SubmissionSource(id=sub.id, task=sub.task_id, source=sub.source, source_sha256=sub.source_sha256)
+    return schemas.SubmissionSource(id=sub.id, task=sub.task_id, source=sub.source,
+                                    text_sha256=sub.text_sha256, source_sha256=sub.text_sha256)
 
 
 def _sse(event: str, data: str) -> str:
