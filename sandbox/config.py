@@ -80,3 +80,12 @@ class JudgeConfig:
     candidate is being timed, rather than inside the device gate (scripts/experiments/measure_spare_overlap.py measures
     what a context creation does to a kernel timed beside it)."""
     check_extra_shapes: bool = True
+    trace: bool = os.environ.get("JUDGE_TRACE", "1") != "0"
+    """Record every kernel and copy of the candidate's life in its child (sandbox/child/recorder.py) and refuse timing
+    phases whose record is cut, has device work outside the timed calls and the judge's own steps, or whose timed
+    calls launch different kernels (sandbox/execution/tracing.py). `JUDGE_TRACE=0` turns it off, to compare ranked
+    medians with and without (scripts/gpu/trace_check.py). A no-op on the CPU and where the profiler records no device
+    work (the child's probe says so before the candidate exists)."""
+    clocks_index: int | None = None
+    """NVML's index of the card timed, where it is not the CUDA device's (CUDA_VISIBLE_DEVICES naming cards out of
+    NVML's order). None: the CUDA index, and no reading on the CPU (sandbox/profiling/clocks.py)."""

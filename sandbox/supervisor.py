@@ -108,6 +108,7 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
         "MAX_JOBS": str(config.compile_jobs),
         "JUDGE_CHILD_THREADS": str(config.child_threads),
         "TRITON_CACHE_DIR": f"{paths.build}/triton",
+        "JUDGE_TRACE": "1" if config.trace else "0",
     }
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING",
                  "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/execution/timing.py LEAD_MS, overridden to measure it

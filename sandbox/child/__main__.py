@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         task_id = begin.task
     child_cls: type[Child] = TrainingChild if get_task(task_id).training is not None else Child
     child = child_cls(task_id, args.device, args.source, args.res_fd)
-    protocol.send(args.res_fd, {"op": "ready", "ok": True, "setup_s": child.setup_s})
+    protocol.send(args.res_fd, {"op": "ready", "ok": True, "setup_s": child.setup_s, "trace": child.trace_probe})
     serve(child, args.cmd_fd)
 
 

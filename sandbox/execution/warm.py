@@ -194,6 +194,8 @@ class WarmChild:
     environment: Environment | None
     """Read when the spare became ready (inside the gate: nvidia-smi is not run beside a timed candidate)."""
     ready_at: float
+    trace_probe: str = ""
+    """The child's kernel-trace probe, from its `Ready` (msg.Ready.trace)."""
     handed_at: float | None = None
     acquire_wait_s: float = 0.0
     """How long the `acquire` that returned this child waited for it (0 when a spare was ready)."""
@@ -465,7 +467,7 @@ class WarmPool:
                              spawned=spawned, host_s=host_s, gate_wait_s=gate_wait_s, device_s=device_s,
                              setup_s=dict(ready.setup_s),
                              calibration_s=calibration_s, empty_calls=empty_calls, environment=environment,
-                             ready_at=time.monotonic())
+                             ready_at=time.monotonic(), trace_probe=ready.trace)
         except BaseException:
             if session is not None:
                 with self._cond:

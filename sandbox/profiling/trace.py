@@ -32,6 +32,7 @@ tamper-evident, which is what the judge needs: it never has to trust the record,
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from decimal import Decimal
@@ -44,6 +45,9 @@ HARNESS = "judge/harness/"
 _CATEGORIES: dict[str, Kind] = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 MAX_TRACE_BYTES = 256 << 20
 """A child's whole life at the official size: tens of thousands of records, a few MiB of JSON each 10,000."""
+MAX_CANARY_BYTES = 1 << 16
+"""A canary copies 1..65,536 bytes: a device-to-device copy of that size takes ~2-3 us, outside the timing events."""
+CANARY = HARNESS + "canary"
 
 
 class TraceParseError(ValueError):
@@ -137,6 +141,34 @@ def parse_chrome_trace(text: str) -> tuple[list[Record], list[Window]]:
     return records, windows
 
 
+def canary_bytes(key: bytes, index: int) -> int:
+    """The size of canary `index` (two per timed call, start then end) under a run's key: the parent and the
+    child's recorder draw the same sequence; nothing else can without the key."""
+    digest = hashlib.blake2b(index.to_bytes(8, "little"), key=key, digest_size=8).digest()
+    return 1 + int.from_bytes(digest, "little") % MAX_CANARY_BYTES
+
+
+def canary_records(records: list[Record], windows: list[Window]) -> list[Record]:
+    """The device copies inside `judge/harness/canary` windows, in the order they ran."""
+    spans = [w for w in windows if w.label == CANARY]
+    return [r for r in records if r.kind == "memcpy" and any(w.holds(r) for w in spans)]
+
+
+def canary_finding(found: list[int], expected: list[int]) -> Finding | None:
+    """Rule (d): the canaries must be exactly the expected sequence: none missing, out of order or duplicated."""
+    if found == expected:
+        return None
+    first = next((i for i, (f, e) in enumerate(zip(found, expected)) if f != e), min(len(found), len(expected)))
+    if len(found) < len(expected):
+        what = "missing" if Counter(found) <= Counter(expected) else "missing or out of order"
+    elif len(found) > len(expected):
+        what = "duplicated or forged"
+    else:
+        what = "out of order or forged"
+    return Finding("canaries", f"the trace's canaries are {what}: {len(found)} recorded, {len(expected)} expected, the "
+                   f"first difference at canary {first} (the record of the timed calls was cut or rewritten)")
+
+
 def timing_span(windows: list[Window]) -> tuple[int, int] | None:
     timed = [w for w in windows if w.timed]
     return (min(w.start_ns for w in timed), max(w.end_ns for w in timed)) if timed else None
@@ -182,9 +214,13 @@ def per_call(records: list[Record], windows: list[Window]) -> list[CallSummary]:
     return summaries
 
 
-def differing_calls(records: list[Record], windows: list[Window]) -> list[Finding]:
-    """Rule (b): timed calls whose kernel sequence differs from the most common one (ties: the first seen)."""
+def differing_calls(records: list[Record], windows: list[Window], labels: list[str] | None = None) -> list[Finding]:
+    """Rule (b): timed calls whose kernel sequence differs from the most common one (ties: the first seen).
+    `labels`: every timed call that ran; one with no window launched no device work (an empty sequence)."""
     calls = per_call(records, windows)
+    if labels is not None:
+        seen = {c.window for c in calls}
+        calls += [CallSummary(label) for label in labels if label not in seen]
     if len(calls) < 2:
         return []
     common, count = Counter(tuple(c.kernels) for c in calls).most_common(1)[0]
