@@ -19,15 +19,16 @@ annotations the harness emits (`judge/timed/<i>`, `judge/harness/<what>`). The r
 windows). Times are read exactly (kineto writes epoch-based microseconds with three decimals, or times
 relative to `baseTimeNanoseconds`).
 
-Recording it out of the candidate's reach (not wired here; see docs/threat-model.md): CUPTI runs inside the
-process it observes, so a candidate's native code can disable or unsubscribe it. The recommendation is a CUPTI
-activity recorder the judge injects before Python starts (CUDA_INJECTION64_PATH names a judge-built library,
-read-only in the sandbox, that enables kernel/memcpy/memset activity records at CUDA initialisation and streams
-them to a pipe the launcher opened), plus canaries: the harness launches a tiny marker kernel with a per-run
-random name at the start and end of every window, and a trace in which any marker is missing, out of order or
-duplicated is tampering. Torch's profiler (kineto) inside the child is CUPTI too, already started by the judge
-before the import (the run-time operator tripwires), so it is the cheaper first step; the canaries make both
-tamper-evident, which is what the judge needs: it never has to trust the record, only notice that it was cut.
+(d) `canary_finding`: the canaries (device copies of sizes drawn from a per-candidate key, `canary_bytes`, inside
+    `judge/harness/canary` windows, one before and one after every timed call) must be exactly the expected
+    sequence; `call_windows` then bounds each timed call by its two canaries.
+
+Recorded by the judge in the child (sandbox/child/recorder.py) and judged in the parent (sandbox/execution/tracing.py).
+CUPTI runs inside the process it observes, so a candidate's native code can disable or unsubscribe it; the
+canaries make the record tamper-evident, which is what the judge needs: it never has to trust the record, only
+notice that it was cut. A CUPTI activity library injected before Python starts (CUDA_INJECTION64_PATH, judge-built,
+read-only in the sandbox, streaming to a pipe the launcher opened) would move the recorder further out of reach
+(docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -152,6 +153,14 @@ def canary_records(records: list[Record], windows: list[Window]) -> list[Record]
     """The device copies inside `judge/harness/canary` windows, in the order they ran."""
     spans = [w for w in windows if w.label == CANARY]
     return [r for r in records if r.kind == "memcpy" and any(w.holds(r) for w in spans)]
+
+
+def call_windows(canaries: list[Record]) -> list[Window]:
+    """Each timed call's window from its two canaries (start, end): from the end of the first to the start of the
+    second, on the device. Everything the call ran lies between them, whatever thread launched it (an autograd
+    engine's backward is not correlated to the caller's annotation), and its timing events lie between them too."""
+    return [Window(f"{TIMED}{k}", canaries[2 * k].end_ns, canaries[2 * k + 1].start_ns)
+            for k in range(len(canaries) // 2)]
 
 
 def canary_finding(found: list[int], expected: list[int]) -> Finding | None:
