@@ -367,6 +367,8 @@ class Child:
         keeper = self._keeper(1, check=False)
         keeper.take(0, out)
         _window.changed_after([out], keeper.close())
+        if self.recorder is not None:
+            self.recorder.exercise()
         if self._harness_probe is not None:
             self._harness_probe()
 

@@ -62,6 +62,8 @@ class Recorder:
         self._canaries = 0
         self._calls = 0
         self._prof: Any = None
+        self._dir = os.getcwd()
+        """The child's working directory, read before the candidate exists (a candidate's chdir moves nothing)."""
         self.files: list[str] = []
         self.error = ""
         """Why the recorder stopped early (an exception of torch's profiler), reported by `finish`."""
@@ -120,7 +122,7 @@ class Recorder:
             if self.cuda:
                 torch.cuda.synchronize(self.device)  # the segment's device work complete before CUPTI is flushed
             prof.stop()
-            prof.export_chrome_trace(name)
+            prof.export_chrome_trace(os.path.join(self._dir, name))
         except Exception as exc:  # noqa: BLE001 - reported; the parent decides what a cut trace means
             self.error = f"{type(exc).__name__}: {exc}"[:300]
             return
@@ -146,6 +148,13 @@ class Recorder:
 
     def end(self, handle: Any) -> None:
         _exit(handle)
+
+    def exercise(self) -> None:
+        """What a canary and a span run, once, uncounted: the harness probe records their operators, so a kernel a
+        candidate registers for one of them is seen (sandbox/child/harness.py `harness_operators`)."""
+        handle = self.span("probe")
+        self._target[:1].copy_(self._source[:1])
+        self.end(handle)
 
     def canary(self) -> None:
         """The next canary: a copy of the key's next size, in its own annotation."""
