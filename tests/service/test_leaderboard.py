@@ -108,3 +108,7 @@ def test_a_verdict_the_judge_left_unranked_is_listed_apart_with_its_reason(clien
     assert [(e["rank"], e["submission_id"], e["unranked_reason"]) for e in device["unranked"]] == [
         (None, throttled, "the card was throttled during both timings")]
     assert device["total"] == 1
+    page = client.get("/leaderboard/kl_div").text
+    assert "not ranked: the card was throttled during both timings" in page
+    submission = client.get(f"/submissions/{throttled}").text
+    assert "not ranked: the card was throttled during both timings" in submission
