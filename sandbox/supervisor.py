@@ -108,7 +108,6 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
         "MAX_JOBS": str(config.compile_jobs),
         "JUDGE_CHILD_THREADS": str(config.child_threads),
         "TRITON_CACHE_DIR": f"{paths.build}/triton",
-        "JUDGE_TRACE": "1" if config.trace else "0",
     }
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING",
                  "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/execution/timing.py LEAD_MS, overridden to measure it
@@ -168,6 +167,7 @@ class ChildSession:
         spec = isolation.SandboxSpec(
             argv=argv,
             env=child_env(config, paths, {"JUDGE_PRIVATE_PIDS": "1" if self.mechanism != "none" else "0",
+                                          "JUDGE_TRACE": "1" if config.traces(gpu) else "0",
                                           **(extra_env or {})}),
             writable_dir=work_dir,
             readonly_binds={**code_binds(), **extra_binds},  # extra: e.g. the build accelerators, the source

@@ -354,7 +354,9 @@ class Execution:
         already, so the import is bounded by `load_timeout_s`; a child still importing then is ended."""
         self.candidate_loaded = True
         limit = self.config.load_timeout_s
-        if self.config.trace and self.trace_probe:  # the child has a recorder: it starts before the import
+        # The child's recorder starts before the import: on a GPU only where its probe saw device work recorded, on
+        # the CPU (nothing to record there) only when asked, which drives its paths in the CPU tests.
+        if self.config.traces(self.is_cuda) and (self.trace_probe == "available" or not self.is_cuda):
             self.trace_key = tracing.new_key()
         try:
             self.ask(msg.Load(trace_key=self.trace_key.hex() if self.trace_key else None), msg.LoadReply,
@@ -482,8 +484,8 @@ class Execution:
     def check_trace(self, details: dict[str, Any]) -> None:
         """Stop the kernel trace and judge it (sandbox/execution/tracing.py): `details["trace"]`, or tampering."""
         if self.trace_key is None:
-            details["trace"] = {"status": "off" if not self.config.trace else "unavailable",
-                                "reason": self.trace_probe or "the child has no recorder"}
+            details["trace"] = {"status": "unavailable", "reason": self.trace_probe} if self.trace_probe else \
+                {"status": "off"}
             return
         reply, _ = self.ask(msg.TraceEnd(), msg.TraceEndReply, "the end of the kernel trace", TRACE_END_TIMEOUT_S)
         assert isinstance(reply, msg.TraceEndReply) and self.work_dir is not None
