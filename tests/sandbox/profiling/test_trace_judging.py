@@ -233,3 +233,8 @@ def test_an_unavailable_recorder_applies_no_rule(tmp_path):
     details: dict = {}
     run.check_trace(details)
     assert details["trace"]["status"] == "unavailable" and "no CUPTI" in details["trace"]["reason"]
+
+
+def test_the_trace_is_on_by_default_where_there_is_device_work_to_record():
+    assert JudgeConfig(trace=None).traces(cuda=True) and not JudgeConfig(trace=None).traces(cuda=False)
+    assert JudgeConfig(trace=True).traces(cuda=False) and not JudgeConfig(trace=False).traces(cuda=True)
