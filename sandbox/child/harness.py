@@ -585,12 +585,17 @@ class Child:
 
     def marks(self, model: object) -> _recorder.Recorder | None:
         """The trace's marks for a batch of the candidate's calls (none for the empty calls of calibration)."""
-        return self.recorder if self.tracing and model is self.model else None
+        return self.recorder if self._marking() and model is self.model else None
+
+    def _marking(self) -> bool:
+        """Whether the trace is recording device work to mark: on the CPU it records (its segments are read back)
+        without marks, which would only add host time between the calls the parent's clock surrounds."""
+        return self.tracing and self.recorder.cuda
 
     @contextlib.contextmanager
     def span(self, what: str) -> Iterator[None]:
-        """The harness's own device work, annotated `judge/harness/<what>` while the trace records."""
-        if not self.tracing:
+        """The harness's own device work, annotated `judge/harness/<what>` while the trace records it."""
+        if not self._marking():
             yield
             return
         handle = self.recorder.span(what)

@@ -24,8 +24,8 @@ torch's profiler allows one session at a time, and a correctness trial runs its 
 evidence of custom kernels), so the life trace is a sequence of segments: paused around each trial, each segment
 exported to its own file in the working directory (the child's /build, which the parent reads with no link
 followed and a size cap). The timing phase, which the rules judge, has no trial in it: one segment holds it.
-On the CPU there is no device activity: the recorder still runs (so the CPU tests drive these paths) and the
-parent reports the trace as unavailable.
+On the CPU there is no device activity: the recorder still runs when asked (its segments, pauses and files are
+what the CPU tests drive), without canaries or annotations, and the parent reports the trace as unavailable.
 """
 
 from __future__ import annotations

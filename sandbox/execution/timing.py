@@ -242,8 +242,8 @@ class Keeper(Protocol):
 
 
 class Marks(Protocol):
-    """What the child's kernel trace recorder marks in a batch (sandbox/child/recorder.py): the harness's device work
-    (`span`), each timed call (`timed`), and a canary before and after each call, outside its timed interval."""
+    """What the child's kernel trace recorder marks in a GPU batch (sandbox/child/recorder.py): the harness's device
+    work (`span`), each timed call (`timed`), and a canary before and after each call, outside its timing events."""
 
     def span(self, what: str) -> object: ...
 
@@ -255,26 +255,20 @@ class Marks(Protocol):
 
 
 def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, first_flushed: bool = False,
-                   keep: Keeper | None = None, marks: Marks | None = None) -> BatchTime:
+                   keep: Keeper | None = None) -> BatchTime:
     """The host clock around each call, each after evicting the cache (the flush is not timed). A caller that
     wants the first flush outside a window around the whole batch (the child's `go`) flushes first and says so.
-    `keep` takes each call's result inside its timed interval; `marks`' annotations open and close outside it."""
+    `keep` takes each call's result inside its timed interval."""
     state, calls, perf = clock.state(), tuple(calls), _perf_counter
     times, results = [], []
     for i, fn in enumerate(calls):
         if i or not first_flushed:
             state.flush()
-        if marks is not None:
-            marks.canary()
-            mark = marks.timed()
         t0 = perf()
         result = fn()
         if keep is not None:
             keep.take(i, result)
         times.append((perf() - t0) * 1e3)
-        if marks is not None:
-            marks.end(mark)
-            marks.canary()
         results.append(result)
     kept = keep.close() if keep is not None else ()
     return BatchTime(times_ms=times, host_ms=sum(times), events_ms=None, hidden_work=False, results=results, kept=kept,
@@ -336,10 +330,12 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep:
 
 def time_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, cpu_flushed: bool = False,
                keep: Keeper | None = None, marks: Marks | None = None) -> BatchTime:
-    """The strategy for the clock's device (`cpu_flushed`: see `time_cpu_batch`; a GPU queues its flushes)."""
+    """The strategy for the clock's device (`cpu_flushed`: see `time_cpu_batch`; a GPU queues its flushes). `marks`:
+    a GPU's alone (the CPU has no device activity to mark, and a mark's host time between calls is not overlapped
+    there: it would lengthen the parent's window around each call, not the call)."""
     if clock.is_cuda:
         return time_cuda_batch(clock, calls, keep, marks)
-    return time_cpu_batch(clock, calls, first_flushed=cpu_flushed, keep=keep, marks=marks)
+    return time_cpu_batch(clock, calls, first_flushed=cpu_flushed, keep=keep)
 
 
 def time_one_call(clock: DeviceClock, fn: Callable[[], object], *, cpu_flushed: bool = False) -> CallTime:
