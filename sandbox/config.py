@@ -96,3 +96,19 @@ class JudgeConfig:
     not faster where cores are idle, and on a host shared with other busy processes it is slower (each start gets
     one process's share of the CPU: docs/results/spare-supply-cpu-2026-11-26.md)."""
     check_extra_shapes: bool = True
+    trace: bool | None = {"1": True, "0": False}.get(os.environ.get("JUDGE_TRACE", ""))
+    """Record every kernel and copy of the candidate's life in its child (sandbox/child/recorder.py) and refuse timing
+    phases whose record is cut, has device work outside the timed calls and the judge's own steps, or whose timed
+    calls launch different kernels (sandbox/execution/tracing.py). None (the default): on a GPU, where there is
+    device work to record; `JUDGE_TRACE=0` or `1` decides everywhere (scripts/gpu/trace_check.py compares ranked
+    medians with and without). On the CPU a trace that is on records and is read back, and is reported unavailable
+    (no device activity); on a GPU whose profiler records no device work (the child's probe says so before the
+    candidate exists) it is not started."""
+
+    def traces(self, cuda: bool) -> bool:
+        """Whether a child on this kind of device records the kernel trace (`trace`)."""
+        return self.trace if self.trace is not None else cuda
+
+    clocks_index: int | None = None
+    """NVML's index of the card timed, where it is not the CUDA device's (CUDA_VISIBLE_DEVICES naming cards out of
+    NVML's order). None: the CUDA index, and no reading on the CPU (sandbox/profiling/clocks.py)."""

@@ -132,6 +132,9 @@ class Load(Message):
     """Import the candidate and build ModelNew: from here on the child is untrusted."""
 
     op: Literal["load"] = "load"
+    trace_key: str | None = None
+    """Hex key of this candidate's kernel-trace canaries (sandbox/child/recorder.py): the recorder starts before the
+    import. None: no trace."""
 
 
 class Trial(Message):
@@ -201,6 +204,12 @@ class Exit(Message):
     op: Literal["exit"] = "exit"
 
 
+class TraceEnd(Message):
+    """After the timing: stop the kernel trace and export its last segment (sandbox/child/recorder.py)."""
+
+    op: Literal["trace_end"] = "trace_end"
+
+
 class Begin(Message):
     """A pre-started child (sandbox/execution/warm.py), waiting with torch imported and the device untouched: set up for
     `task` on the device now. The judge sends it when no candidate is being timed on that device."""
@@ -224,7 +233,7 @@ class GradCheck(Message):
     """Which step of the last timed batch (a trial is a batch of one)."""
 
 
-Command = Annotated[Calibrate | Load | Trial | Estimate | Arm | Go | Inspect | GradCheck | Begin | Exit,
+Command = Annotated[Calibrate | Load | Trial | Estimate | Arm | Go | Inspect | GradCheck | Begin | TraceEnd | Exit,
                     Field(discriminator="op")]
 _COMMAND = TypeAdapter(Command)
 
@@ -292,6 +301,9 @@ class Ready(Reply):
     setup_s: dict[Annotated[str, Field(max_length=40)], float] = Field(default={}, max_length=16)
     """Seconds of each step of the child's device set-up (context, tripwires, clock, harness probe): what a
     spare's device phase is made of (sandbox/execution/warm.py)."""
+    trace: Annotated[str, Field(max_length=400)] = ""
+    """The kernel-trace recorder's probe, before any candidate existed: "available", "unavailable: why", or ""
+    (the trace is off)."""
 
 
 class CalibrateReply(Reply):
@@ -350,6 +362,16 @@ class GoReply(Reply):
     """The host clock around the whole batch, device-wide synchronisation included."""
     event_ms: float | None = None
     hidden_work: bool
+
+
+class TraceEndReply(Reply):
+    """What the recorder says it wrote: claimed by an untrusted process, so the parent checks the files alone."""
+
+    op: Literal["trace_end"]
+    files: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=512)]
+    calls: int
+    canaries: int
+    recorder_error: Annotated[str, Field(max_length=400)] = ""
 
 
 class InspectReply(Reply):

@@ -168,6 +168,7 @@ class ChildSession:
         spec = isolation.SandboxSpec(
             argv=argv,
             env=child_env(config, paths, {"JUDGE_PRIVATE_PIDS": "1" if self.mechanism != "none" else "0",
+                                          "JUDGE_TRACE": "1" if config.traces(gpu) else "0",
                                           **(extra_env or {})}),
             writable_dir=work_dir,
             readonly_binds={**code_binds(), **extra_binds},  # extra: e.g. the build accelerators, the source

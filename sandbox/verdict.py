@@ -148,6 +148,12 @@ class Verdict(BaseModel):
     """A compile_error's first errors, each with its line in the candidate's source where it was found."""
     details: dict[str, Any] = Field(default_factory=dict)
     """Stage-specific extras: exception type and traceback tail, broken rule and call, etc."""
+    ranked: bool = True
+    """Whether a correct verdict's time may be ranked. False when the card was throttled during both of its timings
+    (sandbox/profiling/clocks.py): the verdict stands, its time is not comparable. The leaderboard also leaves out
+    verdicts judged under weaker isolation (service/ranking.py), which this flag does not record."""
+    unranked_reason: str | None = None
+    """Why `ranked` is False."""
 
 
 def json_ready(model: BaseModel) -> Any:

@@ -53,8 +53,10 @@ class Rankable:
     isolation: str | None
     source: str
     """sha256 of the code judged (the verdict's, else the submission's source): one leaderboard entry per code."""
+    unranked_reason: str | None = None
+    """Why the verdict itself is not ranked (a card throttled during both timings), or None."""
     ranked: bool = False
-    """Judged under bubblewrap (ranking rule 2); set by `Pool` when the row is read."""
+    """Judged under bubblewrap and not unranked by its verdict (ranking rule 2); set by `Pool` when the row is read."""
     all_shapes: bool = True
     """Passed every extra shape it was given (ranking rule 3)."""
 
@@ -124,7 +126,7 @@ def fetch_query(task: str, above: int = 0):  # noqa: ANN201 - a SQLAlchemy Selec
                    VerdictRow.speedup_eager, VerdictRow.speedup_compile, VerdictRow.speed_of_light,
                    VerdictRow.peak_memory_bytes, VerdictRow.reference_peak_memory_bytes, VerdictRow.extra_passed,
                    VerdictRow.extra_total, VerdictRow.isolation,
-                   func.coalesce(VerdictRow.source_sha256, Submission.text_sha256))
+                   func.coalesce(VerdictRow.source_sha256, Submission.text_sha256), VerdictRow.unranked_reason)
             .join(Submission, Submission.id == VerdictRow.submission_id)
             .where(*_rankable(task), VerdictRow.id > above))
 
@@ -137,7 +139,7 @@ def count_query(task: str, up_to: int):  # noqa: ANN201 - a SQLAlchemy Select
 def _row(values: tuple) -> Rankable:
     extra_passed, extra_total, isolation = values[14:17]
     passed = extra_total is None or (extra_passed is not None and extra_passed >= extra_total)
-    return Rankable(*values, is_ranked_isolation(isolation), passed)
+    return Rankable(*values, is_ranked_isolation(isolation) and values[18] is None, passed)
 
 
 class Pool:

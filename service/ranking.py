@@ -5,7 +5,9 @@ The rules, in the order they apply (each is a reason a verdict does or does not 
 1. Only `correct` verdicts that were timed (a median exists) on a named GPU model are ranked.
 2. Only verdicts judged under bubblewrap are ranked (`RANKED_ISOLATION`). A verdict judged under weaker
    isolation (unshare, none) may be honest, but nothing stopped its candidate from reading the judge's files
-   or tampering outside the child, so it is listed apart, unranked, with its mechanism shown.
+   or tampering outside the child, so it is listed apart, unranked, with its mechanism shown. So is a verdict
+   whose own `ranked` is false (`unranked_reason`: the card was throttled during both of its timings, so its
+   time is not comparable with others'), with its reason shown.
 3. Unless asked (`extra_failures=True`), a verdict that failed any of the task's extra shapes is left out:
    it is a kernel that only works at the official size.
 4. One entry per distinct code per GPU model. Otherwise the same code sent under three model names would take
@@ -82,6 +84,8 @@ class LeaderboardEntry(BaseModel):
     extra_passed: int | None = Field(None, description="Extra shapes passed, of `extra_total`.")
     extra_total: int | None = None
     isolation: str | None = None
+    unranked_reason: str | None = Field(None, description="Why a correct verdict judged under bubblewrap is not "
+                                                          "ranked (the card was throttled during both timings).")
     source_sha256: str | None = Field(None, description="sha256 of the code judged: one entry per code.")
     copies: int = Field(1, description="Verdicts of this same code on this GPU model folded into this entry.")
     submitted_at: dt.datetime
@@ -93,7 +97,8 @@ class DeviceBoard(BaseModel):
     entries: list[LeaderboardEntry]
     unranked: list[LeaderboardEntry] = Field(default_factory=list,
                                              description="Correct verdicts judged under weaker isolation than "
-                                                         "bubblewrap: shown, never ranked.")
+                                                         "bubblewrap, or whose verdict says they are not ranked "
+                                                         "(`unranked_reason`): shown, never ranked.")
 
 
 class Leaderboard(BaseModel):
@@ -243,7 +248,8 @@ def _entry(standing: Standing, by: By, rank: int | None = None, tied: bool = Fal
         speedup_eager=row.speedup_eager, speedup_compile=row.speedup_compile, speed_of_light=row.speed_of_light,
         peak_memory_bytes=row.peak_memory_bytes, reference_peak_memory_bytes=row.reference_peak_memory_bytes,
         extra_passed=row.extra_passed, extra_total=row.extra_total, isolation=row.isolation,
-        source_sha256=row.source, copies=copies, submitted_at=aware(row.created_at))
+        unranked_reason=row.unranked_reason, source_sha256=row.source, copies=copies,
+        submitted_at=aware(row.created_at))
 
 
 def _ranked_rows(snapshot: Snapshot, q: Query) -> tuple[dict[str, list[Standing]], dict[str, list[Standing]]]:

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     task = get_task(task_id)  # the id as the command line or `Begin` has it
     child_cls: type[Child] = TrainingChild if task.training is not None else Child
     child = child_cls(task.id, args.device, args.source, args.res_fd)
-    protocol.send(args.res_fd, protocol.Ready.success(setup_s=child.setup_s))
+    protocol.send(args.res_fd, protocol.Ready.success(setup_s=child.setup_s, trace=child.trace_probe))
     serve(child, args.cmd_fd)
 
 

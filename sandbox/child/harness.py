@@ -36,6 +36,7 @@ What remains possible for code in this process is written down in docs/threat-mo
 from __future__ import annotations
 
 import builtins  # noqa: F401 - watched by Integrity (sys.modules lookup)
+import contextlib
 import importlib.util
 import inspect
 import json  # noqa: F401 - watched by Integrity (sys.modules lookup)
@@ -47,6 +48,7 @@ import traceback
 import types
 import warnings
 from types import MappingProxyType
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -54,6 +56,7 @@ import torch
 from reference import TaskId, get_task
 from sandbox.build import hooks as build_hooks
 from sandbox.child import audit as _audit
+from sandbox.child import recorder as _recorder
 from sandbox import compare as _compare
 from sandbox import languages as _languages
 from sandbox.build import no_build as _no_build
@@ -308,7 +311,8 @@ def create_context(device: torch.device) -> None:
 
 class Child:
     SEALED = ("task", "device", "source_path", "res_fd", "build_guard", "tripwires", "clock", "integrity",
-              "preloaded_modules", "base_python_threads", "base_native_threads", "kernel_names", "findings")
+              "preloaded_modules", "base_python_threads", "base_native_threads", "kernel_names", "findings",
+              "recorder")
     """The attributes that never change once the candidate is imported: sealed in the audit hook at `load`."""
 
     def __init__(self, task_id: TaskId, device: str, source_path: str, res_fd: int) -> None:
@@ -338,6 +342,13 @@ class Child:
         mark = self._setup_step("context", mark)
         self.clock = _timing.DeviceClock(self.device)
         mark = self._setup_step("clock", mark)
+        # The kernel trace (sandbox/child/recorder.py): its probe runs now, while no candidate exists, so what it
+        # reports about this host is the judge's own finding.
+        self.recorder = _recorder.Recorder(self.device) if os.environ.get("JUDGE_TRACE") == "1" else None
+        self.trace_probe = self.recorder.probe() if self.recorder is not None else ""
+        self.tracing = False
+        """Set at `load` when the parent asked for the trace: the marks are then made."""
+        mark = self._setup_step("trace_probe", mark)
         self.integrity = Integrity(self._watched_modules(), harness_operators(self.task, self.device,
                                                                               also=self._probe))
         self._setup_step("harness_probe", mark)
@@ -347,7 +358,7 @@ class Child:
 
     def _watched_modules(self) -> list[types.ModuleType]:
         """The judge's modules in this process whose contents candidate code must leave alone."""
-        return [_timing, _protocol, _compare, _no_build, _audit, _window, sys.modules[__name__]]
+        return [_timing, _protocol, _compare, _no_build, _audit, _window, _recorder, sys.modules[__name__]]
 
     _harness_probe: Callable[[], object] | None = None
     """What the judge runs besides the task's harness (`harness_operators`' `also`): a subclass's checks."""
@@ -360,6 +371,8 @@ class Child:
         keeper = self._keeper(1, check=False)
         keeper.take(0, out)
         _window.changed_after([out], keeper.close())
+        if self.recorder is not None:
+            self.recorder.exercise()
         if self._harness_probe is not None:
             self._harness_probe()
 
@@ -404,6 +417,9 @@ class Child:
         An extension the build stage did not build fails the load with `NotBuilt`, even when the candidate
         caught it and went on (or failed later for want of it): that refusal is the answer a person needs."""
         self.kernel_names = frozenset(self._declared_kernels())
+        if cmd.trace_key is not None and self.recorder is not None:
+            self.recorder.start(bytes.fromhex(cmd.trace_key))  # before the import: the candidate's whole life
+            self.tracing = True
         self._seal()
         try:
             self.model = self._import_candidate()
@@ -421,6 +437,9 @@ class Child:
         _audit.seal("the timing clock", self.clock)
         _audit.seal("the integrity snapshot", self.integrity)
         _audit.seal("the tripwires", self.tripwires)
+        if self.recorder is not None:
+            _audit.seal("the trace recorder", self.recorder, ("device", "cuda", "activities", "_source", "_target",
+                                                              "_key"))
 
     def _import_candidate(self) -> torch.nn.Module:
         spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, self.source_path)
@@ -483,13 +502,19 @@ class Child:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as prof:
-            sys.setprofile(watch)
-            try:
-                result = fn()
-            finally:
-                sys.setprofile(None)
-            self.clock.synchronize()
+        if self.tracing:  # one profiler at a time: the life trace's segment ends here and a new one starts after
+            self.recorder.pause()
+        try:
+            with torch.profiler.profile(activities=activities) as prof:
+                sys.setprofile(watch)
+                try:
+                    result = fn()
+                finally:
+                    sys.setprofile(None)
+                self.clock.synchronize()
+        finally:
+            if self.tracing:
+                self.recorder.resume()
         return result, calls, {evt.name for evt in prof.events()}
 
     def _evidence(self, calls: set[str], names: set[str]) -> tuple[list[str], list[str], list[str]]:
@@ -554,9 +579,38 @@ class Child:
         # Plain closures, made by the interpreter: nothing the candidate could have patched runs between
         # here and the clock (a patched functools.partial could do a call's work before it is timed).
         batch = _timing.time_batch(self.clock, [(lambda inputs=inputs: model(*inputs)) for inputs in sets],
-                                   cpu_flushed=True, keep=keeper)
-        self._after_window(batch, keeper)
-        return self._batch_reply(batch, sets)
+                                   cpu_flushed=True, keep=keeper, marks=self.marks(model))
+        with self.span("go_reply"):
+            self._after_window(batch, keeper)
+            return self._batch_reply(batch, sets)
+
+    def marks(self, model: object) -> _recorder.Recorder | None:
+        """The trace's marks for a batch of the candidate's calls (none for the empty calls of calibration)."""
+        return self.recorder if self._marking() and model is self.model else None
+
+    def _marking(self) -> bool:
+        """Whether the trace is recording device work to mark: on the CPU it records (its segments are read back)
+        without marks, which would only add host time between the calls the parent's clock surrounds."""
+        return self.tracing and self.recorder.cuda
+
+    @contextlib.contextmanager
+    def span(self, what: str) -> Iterator[None]:
+        """The harness's own device work, annotated `judge/harness/<what>` while the trace records it."""
+        if not self._marking():
+            yield
+            return
+        handle = self.recorder.span(what)
+        try:
+            yield
+        finally:
+            self.recorder.end(handle)
+
+    def trace_end(self, cmd: _protocol.TraceEnd) -> _protocol.TraceEndReply:
+        """Stop the trace and export its last segment: the parent reads the files (sandbox/execution/tracing.py)."""
+        if not self.tracing:
+            return _protocol.TraceEndReply.success(files=[], calls=0, canaries=0)
+        self.tracing = False
+        return _protocol.TraceEndReply.success(**self.recorder.finish())
 
     def _after_window(self, batch: _timing.BatchTime, keeper: _window.Keeper) -> None:
         """What the batch's end found (its timing state edited, a hook still installed), and the outputs with what
@@ -602,9 +656,13 @@ class Child:
         return _protocol.CalibrateReply.success(host_overhead_ms=self.clock.calibrate(cmd.reps))
 
 
+_UNSPANNED = frozenset({"go", "trial", "load", "trace_end"})
+"""Commands `serve` does not annotate as the harness's (`Child.span`)."""
+
+
 def serve(child: Child, cmd_fd: int) -> None:
     handlers = {"calibrate": child.calibrate, "load": child.load, "trial": child.trial, "estimate": child.estimate,
-                "arm": child.arm, "go": child.go, "inspect": child.inspect}
+                "arm": child.arm, "go": child.go, "inspect": child.inspect, "trace_end": child.trace_end}
     if hasattr(child, "grad_check"):  # training tasks (sandbox/execution/training.py)
         handlers["grad_check"] = child.grad_check
     while True:
@@ -614,7 +672,11 @@ def serve(child: Child, cmd_fd: int) -> None:
         if op == "exit":
             return
         try:
-            result = handlers[op](cmd)
+            # `go` annotates its own parts: one span around the whole batch would hold its timed calls, and with
+            # them any work running beside them. A trial pauses the trace for its own profile, and a span must
+            # not outlive the profiler session it was opened in (its end would run against another's state).
+            with contextlib.nullcontext() if op in _UNSPANNED else child.span(op):
+                result = handlers[op](cmd)
         except OutputRejected as exc:
             child.reply(_protocol.Reply.unvalidated(op=op, ok=True, rejected_output=str(exc)))
             continue

@@ -241,7 +241,13 @@ class TrainingChild(_child.Child):
         else:
             calls = [(lambda inputs=inputs, scale=scale: self._step(model, inputs, scale))
                      for inputs, scale in zip(sets, self.scales)]
-        batch = _timing.time_batch(self.clock, calls, cpu_flushed=True, keep=keeper)
+        batch = _timing.time_batch(self.clock, calls, cpu_flushed=True, keep=keeper, marks=self.marks(model))
+        with self.span("go_reply"):
+            return self._after_steps(batch, keeper, sets)
+
+    def _after_steps(self, batch: _timing.BatchTime, keeper: Any,
+                     sets: list[list[torch.Tensor]]) -> tuple[dict[str, Any], list[bytes]]:
+        """`go`'s work after the window: the outputs and what was kept, each step's gradient taken."""
         self._after_window(batch, keeper)
         self.step_kept = batch.kept
         # The batch's peak now, before grad_check allocates anything of the judge's.

@@ -26,7 +26,7 @@ import enum
 import secrets
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,6 +38,8 @@ from reference.task import sharing_targets
 from sandbox import isolation
 from sandbox.execution import cputime
 from sandbox.execution import plausibility
+from sandbox.execution import tracing
+from sandbox.profiling import clocks
 from sandbox import protocol as msg
 from sandbox.compare import compare, dtype_name, fingerprint, tensor_from_bytes
 from sandbox.config import JudgeConfig
@@ -67,8 +69,11 @@ repetitions cost fresh inputs and fp64 truth each, so they are spent where they 
 an H100, 2026-11-23: batch means of an honest kernel spread ~0.1-0.3%, so 4-6 batches usually suffice."""
 ESTIMATE_TIMEOUT_FACTOR = 4
 """The estimate makes 4 calls (1 warm-up + 3 timed) on one input set."""
+TRACE_END_TIMEOUT_S = 120.0
+"""Stopping the profiler and writing the last segment: a timing phase's records, a few MiB of JSON."""
 
 R = TypeVar("R", bound=msg.Reply)
+T = TypeVar("T")
 
 
 class Stage(enum.StrEnum):
@@ -165,6 +170,10 @@ class TimingDetails:
     hidden_work: bool
     hidden_work_batches: list[int]
     host_over_events: list[float | None]
+    clocks: dict[str, Any] = field(default_factory=dict)
+    """The card's clocks around the timing (NVML, read here: sandbox/profiling/clocks.py): `check` (throttled true,
+    false or null for unknown, its reasons and a line), `retimed` (the first timing was throttled and was run again)
+    and `first` (that first timing's check)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,6 +218,16 @@ class Execution:
     """Reads the sandbox's CPU time around each timed batch; made for the child on its first batch."""
     current: Stage = Stage.START
     """The stage running (or the last one entered): what a failure of the child is reported against."""
+    work_dir: Path | None = None
+    trace_probe: str = ""
+    """The child's kernel-trace recorder, probed before any candidate: "available", "unavailable: why", "" (off)."""
+    trace_key: bytes | None = None
+    """This candidate's canary key (sandbox/execution/tracing.py), when its trace records."""
+    traced_calls: int = 0
+    """Timed calls the child ran with the trace's marks (warm-up included): two canaries each."""
+    warmup_calls: set[int] = field(default_factory=set)
+    unranked_reason: str | None = None
+    """Why a correct verdict is not ranked (its timing was throttled twice), or None."""
 
     @property
     def is_cuda(self) -> bool:
@@ -293,16 +312,19 @@ class Execution:
 
     def start(self, work_dir: Path, fields: dict[str, Any]) -> None:
         """Start the isolated child and wait until torch (and the device) is up in it."""
+        self.work_dir = work_dir
         if self.warm is not None:  # up since before this candidate existed: its start is not this candidate's cost
             self.session = self.warm.hand_over(self.config.run_timeout_s)
             fields["environment"] = self.warm.environment or describe(self.device, self.session.mechanism)
             self.stages.update(self.warm.pre_stages())
+            self.trace_probe = self.warm.trace_probe
             return
         self.session = ChildSession("execute", self.task.id, self.device, work_dir, self.config,
                                     gpu=self.is_cuda, wall_s=self.config.run_timeout_s,
                                     extra_env=self.extensions_env(), source=self.source_path)
         fields["environment"] = describe(self.device, self.session.mechanism)
-        self.read(self.session.receive(READY_TIMEOUT_S), msg.Ready, "start-up")
+        ready, _ = self.read(self.session.receive(READY_TIMEOUT_S), msg.Ready, "start-up")
+        self.trace_probe = ready.trace
 
     def calibrate(self) -> None:
         """Before the candidate exists: the clocks' overhead, and what an empty timed round trip costs."""
@@ -332,8 +354,13 @@ class Execution:
         already, so the import is bounded by `load_timeout_s`; a child still importing then is ended."""
         self.candidate_loaded = True
         limit = self.config.load_timeout_s
+        # The child's recorder starts before the import: on a GPU only where its probe saw device work recorded, on
+        # the CPU (nothing to record there) only when asked, which drives its paths in the CPU tests.
+        if self.config.traces(self.is_cuda) and (self.trace_probe == "available" or not self.is_cuda):
+            self.trace_key = tracing.new_key()
         try:
-            self.ask(msg.Load(), msg.LoadReply, "import of the candidate", limit)
+            self.ask(msg.Load(trace_key=self.trace_key.hex() if self.trace_key else None), msg.LoadReply,
+                     "import of the candidate", limit)
         except ChildFailure as failure:
             if failure.kind != "timeout":
                 raise
@@ -384,7 +411,14 @@ class Execution:
         reps, _ = plan_reps(est.estimate_ms, self.config.timing_budget_ms, self.config.min_reps, self.config.max_reps)
         size = self.batch_size()
         pool = self.timing_distributions()
-        warm, timed = self.timed_batches(reps, size)
+        (warm, timed), throttle = self.clocked(lambda: self.timed_batches(reps, size))
+        clock_details: dict[str, Any] = {"check": throttle.as_dict(), "retimed": False}
+        if throttle.throttled:  # a throttled card's time is not comparable: timed once more, fresh
+            (warm, timed), again = self.clocked(lambda: self.timed_batches(reps, size))
+            clock_details = {"check": again.as_dict(), "retimed": True, "first": throttle.as_dict()}
+            if again.throttled:
+                self.unranked_reason = f"the card was throttled during both timings: {again.detail}"
+        self.check_trace(details)
         claims = [b.claim_ms for b in timed]
         windows = [b.window_ms for b in timed]
         runs = [b.run_ms for b in timed]
@@ -425,7 +459,8 @@ class Execution:
             # Which batches the host clock decided, and host over events for each (a stall: one batch a little
             # over; hidden work: every batch far over).
             hidden_work_batches=[i for i, b in enumerate(timed) if b.hidden_work],
-            host_over_events=[round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed]))
+            host_over_events=[round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed],
+            clocks=clock_details))
         breach = (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
                                             training=self.task.training is not None)
                   or plausibility.untimed_work_bound(claims, windows, empty_window, device_type))
@@ -438,11 +473,51 @@ class Execution:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
         return perf, details["timing"]["hidden_work"]
 
+    def clocked(self, timing: Callable[[], T]) -> tuple[T, clocks.ThrottleCheck]:
+        """`timing()` between two readings of the card's clocks, and whether it was throttled meanwhile (unknown on
+        the CPU and without NVML)."""
+        card = self.config.clocks_index if self.config.clocks_index is not None else self.device
+        before = clocks.read(card)
+        result = timing()
+        return result, clocks.check(before, clocks.read(card))
+
+    def check_trace(self, details: dict[str, Any]) -> None:
+        """Stop the kernel trace and judge it (sandbox/execution/tracing.py): `details["trace"]`, or tampering."""
+        if self.trace_key is None:
+            details["trace"] = {"status": "unavailable", "reason": self.trace_probe} if self.trace_probe else \
+                {"status": "off"}
+            return
+        reply, _ = self.ask(msg.TraceEnd(), msg.TraceEndReply, "the end of the kernel trace", TRACE_END_TIMEOUT_S)
+        assert isinstance(reply, msg.TraceEndReply) and self.work_dir is not None
+        try:
+            texts = tracing.read_segments(self.work_dir, reply.files)
+        except tracing.TraceReadError as exc:
+            texts, unreadable = [], str(exc)
+        else:
+            unreadable = ""
+        if self.trace_probe != "available":  # the CPU, or a host whose profiler records no device work
+            details["trace"] = {"status": "unavailable", "reason": self.trace_probe, "segments": len(texts),
+                                "bytes": sum(len(t) for t in texts), "calls": self.traced_calls}
+            return
+        if unreadable or not texts:
+            outcome = tracing.TraceOutcome("refused", rule="trace_cut", message=(
+                f"the kernel trace is absent or unreadable after CUDA work ran ({unreadable or 'no segment'}"
+                f"{'; the recorder said: ' + reply.recorder_error if reply.recorder_error else ''})"))
+        else:
+            outcome = tracing.judge(texts, self.trace_key, self.traced_calls, self.warmup_calls)
+        details["trace"] = {**outcome.details, "status": outcome.status, "calls": self.traced_calls,
+                            "segments": len(texts)}
+        if outcome.refused:
+            raise _Stop(Status.TAMPER_DETECTED, f"kernel trace: {outcome.message}", rule=outcome.rule,
+                        trace=details["trace"])
+
     def timed_batches(self, reps: int, size: int) -> tuple[list[TimedCall], list[TimedCall]]:
         """(warm-up, timed) batches of `size` calls with fresh distributions, until the median batch mean is
         precise enough (TIMING_PRECISION, after MIN_BATCHES) or `reps` calls were timed."""
         pool = self.timing_distributions()
+        first = self.traced_calls
         warm = [self.timed_batch(i, self.draw(pool, size)) for i in range(WARMUP_BATCHES)]
+        self.warmup_calls.update(range(first, self.traced_calls))
         timed: list[TimedCall] = []
         while sum(b.calls for b in timed) < reps:
             timed.append(self.timed_batch(len(warm) + len(timed), self.draw(pool, size)))
@@ -515,6 +590,8 @@ class Execution:
         step = f"{'empty ' if empty else ''}timed batch {index}"
         seeds = [secrets.randbits(62) for _ in distributions]
         timeout = self.config.call_timeout_s * len(distributions)
+        if not empty and self.trace_key is not None:
+            self.traced_calls += len(distributions)  # before `go`: a batch cut short still ran with its canaries
         if self.meter is None or self.meter.root_pid != self.session.process.pid:
             self.meter = cputime.Meter(self.session.process.pid, self.session.process.cgroup)
         arm_started = time.perf_counter()

@@ -68,8 +68,11 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
             run.session.close()
         shutil.rmtree(work_dir, ignore_errors=True)
     details["cost"] = _cost(run, held, child)
+    unranked = run.unranked_reason if status is Status.CORRECT else None
+    if unranked:
+        diagnosis += f"; not ranked: {unranked}"
     return Verdict(status=status, diagnosis=diagnosis, stages=run.stages, trials=run.trials, details=details,
-                   **fields, **identity)
+                   ranked=unranked is None, unranked_reason=unranked, **fields, **identity)
 
 
 def _phases(run: Execution, baselines: dict, work_dir: Path, fields: dict[str, Any], details: dict[str, Any]) -> str:

@@ -241,6 +241,19 @@ class Keeper(Protocol):
         """Once, after the last `take` and still inside the window: what was kept, fixed."""
 
 
+class Marks(Protocol):
+    """What the child's kernel trace recorder marks in a GPU batch (sandbox/child/recorder.py): the harness's device
+    work (`span`), each timed call (`timed`), and a canary before and after each call, outside its timing events."""
+
+    def span(self, what: str) -> object: ...
+
+    def timed(self) -> object: ...
+
+    def end(self, handle: object) -> None: ...
+
+    def canary(self) -> None: ...
+
+
 def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, first_flushed: bool = False,
                    keep: Keeper | None = None) -> BatchTime:
     """The host clock around each call, each after evicting the cache (the flush is not timed). A caller that
@@ -262,22 +275,38 @@ def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, fir
                      tampered=clock.changes(state))
 
 
-def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep: Keeper | None = None) -> BatchTime:
+def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep: Keeper | None = None,
+                    marks: Marks | None = None) -> BatchTime:
     """Events around each call behind its own queued L2 flush, checked against the host clock (module doc).
-    `keep` takes every result after the last end event, inside the host clock's window."""
+    `keep` takes every result after the last end event, inside the host clock's window. `marks` (the kernel trace):
+    flushes and kept copies annotated as the harness's, each call's own annotation entered before its start event
+    and left after its end event (the host is ahead of the device: its cost is not timed), a canary before the
+    start event and after the end event (queued outside the events: device time no call is charged)."""
     state, calls = clock.state(), tuple(calls)
     perf, sync, record, elapsed = _perf_counter, _cuda_synchronize, _record, _elapsed_time
     events = tuple((_Event(enable_timing=True), _Event(enable_timing=True)) for _ in calls)
     results = []
     sync(state.device)
     t0 = perf()
+    mark = marks.span("flush") if marks is not None else None
     for _ in range(state.lead_flushes):
         state.flush()
     for fn, (start, end) in zip(calls, events):
         state.flush()
+        if marks is not None:
+            marks.end(mark)
+            marks.canary()
+            mark = marks.timed()
         record(start)
         results.append(fn())
         record(end)
+        if marks is not None:
+            marks.end(mark)
+            marks.canary()
+            mark = marks.span("flush")
+    if marks is not None:
+        marks.end(mark)
+        mark = marks.span("keep")
     kept = ()
     if keep is not None:
         for i, result in enumerate(results):
@@ -286,6 +315,8 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep:
     sync(state.device)
     flushes = len(calls) + state.lead_flushes
     host_ms = max((perf() - t0) * 1e3 - state.host_overhead_ms - flushes * state.flush_ms, 0.0)
+    if marks is not None:
+        marks.end(mark)
     events_ms = [elapsed(start, end) for start, end in events]
     gaps = [elapsed(events[i][1], events[i + 1][0]) for i in range(len(events) - 1)]
     hidden = host_ms > HIDDEN_WORK_RATIO * sum(events_ms) + HIDDEN_WORK_SLACK_MS
@@ -298,10 +329,12 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep:
 
 
 def time_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, cpu_flushed: bool = False,
-               keep: Keeper | None = None) -> BatchTime:
-    """The strategy for the clock's device (`cpu_flushed`: see `time_cpu_batch`; a GPU queues its flushes)."""
+               keep: Keeper | None = None, marks: Marks | None = None) -> BatchTime:
+    """The strategy for the clock's device (`cpu_flushed`: see `time_cpu_batch`; a GPU queues its flushes). `marks`:
+    a GPU's alone (the CPU has no device activity to mark, and a mark's host time between calls is not overlapped
+    there: it would lengthen the parent's window around each call, not the call)."""
     if clock.is_cuda:
-        return time_cuda_batch(clock, calls, keep)
+        return time_cuda_batch(clock, calls, keep, marks)
     return time_cpu_batch(clock, calls, first_flushed=cpu_flushed, keep=keep)
 
 

@@ -165,6 +165,8 @@ class WarmChild:
     """Reading the environment (nvidia-smi on a GPU), inside the gate."""
     began_at: float = 0.0
     """When its set-up began (the gate passed, `Begin` sent)."""
+    trace_probe: str = ""
+    """The child's kernel-trace probe, from its `Ready` (msg.Ready.trace)."""
     handed_at: float | None = None
     acquire_wait_s: float = 0.0
     """How long the `acquire` that returned this child waited for it (0 when a spare was ready)."""
@@ -597,7 +599,7 @@ class WarmPool:
                              gate_wait_s=began - picked, device_s=device_s, setup_s=dict(ready.setup_s),
                              calibration_s=calibration_s, empty_calls=empty_calls, environment=environment,
                              ready_at=ended, slot_wait_s=spare.slot_wait_s, standby_s=picked - spare.started_at,
-                             environment_s=ended - described, began_at=began)
+                             environment_s=ended - described, began_at=began, trace_probe=ready.trace)
         except BaseException:
             with self._cond:
                 slot.starting.discard(session)

@@ -1,12 +1,14 @@
 """Profiles of a judged candidate's kernels (Nsight Compute), the GPU's clocks around a timing (NVML), and
-rules over a recorded kernel trace. Advisory and separate from the verdict: nothing here changes a ranked time.
+rules over a recorded kernel trace. The profiles are advisory and never change a ranked time; the clocks decide
+whether a time is ranked, and the trace rules whether a timing phase was tampered with (both applied by
+sandbox/execution: phases.py and tracing.py).
 
 - `report`: ncu's raw CSV -> typed per-kernel rows (`KernelProfile`), and the stored `Profile`;
 - `render`: a profile as plain text for a prompt;
 - `ncu`: the command line, where ncu is and its version;
 - `run`: `profile_candidate`, ncu wrapping the candidate's own sandboxed child (`entry`);
 - `clocks`: NVML readings before and after a timing, and the "throttled during timing" rule;
-- `trace`: kernel/memcpy records from torch's profiler trace, and the trace rules of issue 28.
+- `trace`: kernel/memcpy records from torch's profiler trace, the canaries' sizes, and the trace rules of issue 28.
 """
 
 from sandbox.profiling.render import render_text

@@ -19,19 +19,21 @@ annotations the harness emits (`judge/timed/<i>`, `judge/harness/<what>`). The r
 windows). Times are read exactly (kineto writes epoch-based microseconds with three decimals, or times
 relative to `baseTimeNanoseconds`).
 
-Recording it out of the candidate's reach (not wired here; see docs/threat-model.md): CUPTI runs inside the
-process it observes, so a candidate's native code can disable or unsubscribe it. The recommendation is a CUPTI
-activity recorder the judge injects before Python starts (CUDA_INJECTION64_PATH names a judge-built library,
-read-only in the sandbox, that enables kernel/memcpy/memset activity records at CUDA initialisation and streams
-them to a pipe the launcher opened), plus canaries: the harness launches a tiny marker kernel with a per-run
-random name at the start and end of every window, and a trace in which any marker is missing, out of order or
-duplicated is tampering. Torch's profiler (kineto) inside the child is CUPTI too, already started by the judge
-before the import (the run-time operator tripwires), so it is the cheaper first step; the canaries make both
-tamper-evident, which is what the judge needs: it never has to trust the record, only notice that it was cut.
+(d) `canary_finding`: the canaries (device copies of sizes drawn from a per-candidate key, `canary_bytes`, inside
+    `judge/harness/canary` windows, one before and one after every timed call) must be exactly the expected
+    sequence; `call_windows` then bounds each timed call by its two canaries.
+
+Recorded by the judge in the child (sandbox/child/recorder.py) and judged in the parent (sandbox/execution/tracing.py).
+CUPTI runs inside the process it observes, so a candidate's native code can disable or unsubscribe it; the
+canaries make the record tamper-evident, which is what the judge needs: it never has to trust the record, only
+notice that it was cut. A CUPTI activity library injected before Python starts (CUDA_INJECTION64_PATH, judge-built,
+read-only in the sandbox, streaming to a pipe the launcher opened) would move the recorder further out of reach
+(docs/threat-model.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from decimal import Decimal
@@ -44,6 +46,9 @@ HARNESS = "judge/harness/"
 _CATEGORIES: dict[str, Kind] = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 MAX_TRACE_BYTES = 256 << 20
 """A child's whole life at the official size: tens of thousands of records, a few MiB of JSON each 10,000."""
+MAX_CANARY_BYTES = 1 << 16
+"""A canary copies 1..65,536 bytes: a device-to-device copy of that size takes ~2-3 us, outside the timing events."""
+CANARY = HARNESS + "canary"
 
 
 class TraceParseError(ValueError):
@@ -137,6 +142,42 @@ def parse_chrome_trace(text: str) -> tuple[list[Record], list[Window]]:
     return records, windows
 
 
+def canary_bytes(key: bytes, index: int) -> int:
+    """The size of canary `index` (two per timed call, start then end) under a run's key: the parent and the
+    child's recorder draw the same sequence; nothing else can without the key."""
+    digest = hashlib.blake2b(index.to_bytes(8, "little"), key=key, digest_size=8).digest()
+    return 1 + int.from_bytes(digest, "little") % MAX_CANARY_BYTES
+
+
+def canary_records(records: list[Record], windows: list[Window]) -> list[Record]:
+    """The device copies inside `judge/harness/canary` windows, in the order they ran."""
+    spans = [w for w in windows if w.label == CANARY]
+    return [r for r in records if r.kind == "memcpy" and any(w.holds(r) for w in spans)]
+
+
+def call_windows(canaries: list[Record]) -> list[Window]:
+    """Each timed call's window from its two canaries (start, end): from the end of the first to the start of the
+    second, on the device. Everything the call ran lies between them, whatever thread launched it (an autograd
+    engine's backward is not correlated to the caller's annotation), and its timing events lie between them too."""
+    return [Window(f"{TIMED}{k}", canaries[2 * k].end_ns, canaries[2 * k + 1].start_ns)
+            for k in range(len(canaries) // 2)]
+
+
+def canary_finding(found: list[int], expected: list[int]) -> Finding | None:
+    """Rule (d): the canaries must be exactly the expected sequence: none missing, out of order or duplicated."""
+    if found == expected:
+        return None
+    first = next((i for i, (f, e) in enumerate(zip(found, expected)) if f != e), min(len(found), len(expected)))
+    if len(found) < len(expected):
+        what = "missing" if Counter(found) <= Counter(expected) else "missing or out of order"
+    elif len(found) > len(expected):
+        what = "duplicated or forged"
+    else:
+        what = "out of order or forged"
+    return Finding("canaries", f"the trace's canaries are {what}: {len(found)} recorded, {len(expected)} expected, the "
+                   f"first difference at canary {first} (the record of the timed calls was cut or rewritten)")
+
+
 def timing_span(windows: list[Window]) -> tuple[int, int] | None:
     timed = [w for w in windows if w.timed]
     return (min(w.start_ns for w in timed), max(w.end_ns for w in timed)) if timed else None
@@ -182,9 +223,13 @@ def per_call(records: list[Record], windows: list[Window]) -> list[CallSummary]:
     return summaries
 
 
-def differing_calls(records: list[Record], windows: list[Window]) -> list[Finding]:
-    """Rule (b): timed calls whose kernel sequence differs from the most common one (ties: the first seen)."""
+def differing_calls(records: list[Record], windows: list[Window], labels: list[str] | None = None) -> list[Finding]:
+    """Rule (b): timed calls whose kernel sequence differs from the most common one (ties: the first seen).
+    `labels`: every timed call that ran; one with no window launched no device work (an empty sequence)."""
     calls = per_call(records, windows)
+    if labels is not None:
+        seen = {c.window for c in calls}
+        calls += [CallSummary(label) for label in labels if label not in seen]
     if len(calls) < 2:
         return []
     common, count = Counter(tuple(c.kernels) for c in calls).most_common(1)[0]

@@ -214,6 +214,8 @@ class VerdictRow(Base):
     extra_total: Mapped[int | None]
     peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     reference_peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    unranked_reason: Mapped[str | None] = mapped_column(String(300))
+    """Why a correct verdict's time is not ranked (`Verdict.unranked_reason`, migration 0010); null when ranked."""
 
     submission: Mapped[Submission] = relationship(back_populates="verdict")
 
@@ -228,7 +230,9 @@ def ranking_columns(verdict: dict[str, Any]) -> dict[str, Any]:
             "q25_ms": candidate.get("q25_ms"), "q75_ms": candidate.get("q75_ms"),
             "extra_passed": sum(1 for t in extra if t.get("passed")), "extra_total": len(extra),
             "peak_memory_bytes": perf.get("peak_memory_bytes"),
-            "reference_peak_memory_bytes": perf.get("reference_peak_memory_bytes")}
+            "reference_peak_memory_bytes": perf.get("reference_peak_memory_bytes"),
+            "unranked_reason": None if verdict.get("ranked", True) else
+            (verdict.get("unranked_reason") or "not ranked")[:300]}
 
 
 @event.listens_for(VerdictRow, "before_insert")
@@ -284,7 +288,7 @@ class ProfileRow(Base):
     text: Mapped[str | None] = mapped_column(Text)
     """The profile rendered for a prompt (sandbox.profiling.render), what `generate` feeds back."""
     lease_until: Mapped[dt.datetime | None]
-    """While a worker profiles it: until when that worker has it (migration 0010, service/profiles/recovery.py).
+    """While a worker profiles it: until when that worker has it (migration 0011, service/profiles/recovery.py).
     A pending profile whose lease ran out is taken up by another worker."""
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How many times a worker took it; after `recovery.ATTEMPTS` it is given up as `unavailable`."""

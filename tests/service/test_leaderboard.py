@@ -13,7 +13,7 @@ from tests.service.conftest import InProcessTransport
 
 
 def judged(db: Database, who: str, model: str, status: Status, median_ms: float | None, device: str = "H100",
-           eager_ms: float = 4.0, compile_ms: float = 0.8) -> str:
+           eager_ms: float = 4.0, compile_ms: float = 0.8, unranked: str | None = None) -> str:
     with db.transaction() as session:
         key = crud.create_key(session, who)[0]
         source = f"# {who} {median_ms}"
@@ -30,7 +30,8 @@ def judged(db: Database, who: str, model: str, status: Status, median_ms: float 
                            speed_of_light_fraction=(2 << 30) / 3e12 * 1e3 / median_ms)
     verdict = Verdict(status=status, diagnosis="x", task="kl_div", device="cuda:0", source_sha256=crud.sha256(source),
                       performance=perf, environment=Environment(device="cuda:0", device_name=device, torch="2",
-                                                                python="3", isolation="bwrap"))
+                                                                python="3", isolation="bwrap"),
+                      ranked=unranked is None, unranked_reason=unranked)
     assert q.finish(db, claim.token, verdict, "w", q.RetryPolicy()) == "verdict"
     return sub.id
 
@@ -96,3 +97,18 @@ def test_cli_leaderboard_by_model_shows_one_model_column(client, db, monkeypatch
     by_submitter = runner.invoke(app, ["leaderboard", "kl_div"]).output
     header = next(line for line in by_submitter.splitlines() if "median ms" in line)
     assert header.count("model") == 1 and header.count("submitter") == 1, by_submitter
+
+
+def test_a_verdict_the_judge_left_unranked_is_listed_apart_with_its_reason(client, db):
+    throttled = judged(db, "ann", "m1", Status.CORRECT, 0.5, unranked="the card was throttled during both timings")
+    fine = judged(db, "bob", "m2", Status.CORRECT, 1.0)
+
+    (device,) = client.get("/v1/leaderboard/kl_div").json()["devices"]
+    assert [(e["rank"], e["submission_id"]) for e in device["entries"]] == [(1, fine)]  # the faster one is not ranked
+    assert [(e["rank"], e["submission_id"], e["unranked_reason"]) for e in device["unranked"]] == [
+        (None, throttled, "the card was throttled during both timings")]
+    assert device["total"] == 1
+    page = client.get("/leaderboard/kl_div").text
+    assert "not ranked: the card was throttled during both timings" in page
+    submission = client.get(f"/submissions/{throttled}").text
+    assert "not ranked: the card was throttled during both timings" in submission

@@ -29,7 +29,8 @@ def read_leaderboard(
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ranking.Leaderboard:
-    """Only `correct`, timed verdicts judged under bubblewrap are ranked (others are listed in `unranked`).
+    """Only `correct`, timed verdicts judged under bubblewrap and not marked unranked by the judge (a card
+    throttled during both timings) are ranked (others are listed in `unranked`).
     Each distinct code (sha256 of the code judged) counts once per GPU model, with its first verdict; then
     each submitter (or model) appears once, with its best code by `sort`. Entries whose interquartile ranges
     overlap the head of their group share its rank (`tied`, `rank_label` "=2")."""

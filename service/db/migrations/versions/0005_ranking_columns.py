@@ -55,7 +55,8 @@ def upgrade() -> None:
         if not rows:
             break
         for row_id, verdict in rows:
-            conn.execute(verdicts.update().where(verdicts.c.id == row_id).values(**ranking_columns(verdict or {})))
+            values = {k: v for k, v in ranking_columns(verdict or {}).items() if k in COLUMNS}  # later ones: theirs
+            conn.execute(verdicts.update().where(verdicts.c.id == row_id).values(**values))
         last = rows[-1][0]
 
 

@@ -1,7 +1,7 @@
 """profiles: a lease and an attempt count, so a profile whose worker stopped is taken up by another
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-11-26
 
 A profile is taken after its verdict is stored; a worker that stopped or died between the two left it pending
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0010'
-down_revision = '0009'
+revision = '0011'
+down_revision = '0010'
 branch_labels = None
 depends_on = None
 
