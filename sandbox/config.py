@@ -99,15 +99,18 @@ class JudgeConfig:
     trace: bool | None = {"1": True, "0": False}.get(os.environ.get("JUDGE_TRACE", ""))
     """Record every kernel and copy of the candidate's life in its child (sandbox/child/recorder.py) and refuse timing
     phases whose record is cut, has device work outside the timed calls and the judge's own steps, or whose timed
-    calls launch different kernels (sandbox/execution/tracing.py). None (the default): on a GPU, where there is
-    device work to record; `JUDGE_TRACE=0` or `1` decides everywhere (scripts/gpu/trace_check.py compares ranked
-    medians with and without). On the CPU a trace that is on records and is read back, and is reported unavailable
+    calls launch different kernels (sandbox/execution/tracing.py). None (the default): off, on every device:
+    measured on an H100 (docs/results/trace-h100-2026-11-26.md), the recorder kept kl_div_fast's and a training
+    step's ranked medians within 1% but made cross_entropy_fast's (0.19 ms calls) up to 2.1x slower and Triton's up
+    to 3.1x, in the second and third rounds of pre-started children, so it cannot sit under a ranked time.
+    `JUDGE_TRACE=1` turns it on for a GPU (hostile corpus 35 of 35 as declared with it on), `0` off everywhere
+    (scripts/gpu/trace_check.py compares ranked medians with and without). On the CPU a trace that is on records and is read back, and is reported unavailable
     (no device activity); on a GPU whose profiler records no device work (the child's probe says so before the
     candidate exists) it is not started."""
 
     def traces(self, cuda: bool) -> bool:
-        """Whether a child on this kind of device records the kernel trace (`trace`)."""
-        return self.trace if self.trace is not None else cuda
+        """Whether a child on this kind of device records the kernel trace (`trace`; off unless asked for)."""
+        return bool(self.trace)
 
     clocks_index: int | None = None
     """NVML's index of the card timed, where it is not the CUDA device's (CUDA_VISIBLE_DEVICES naming cards out of
