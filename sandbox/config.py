@@ -103,10 +103,10 @@ class JudgeConfig:
     measured on an H100 (docs/results/trace-h100-2026-11-26.md), the recorder kept kl_div_fast's and a training
     step's ranked medians within 1% but made cross_entropy_fast's (0.19 ms calls) up to 2.1x slower and Triton's up
     to 3.1x, in the second and third rounds of pre-started children, so it cannot sit under a ranked time.
-    `JUDGE_TRACE=1` turns it on for a GPU (hostile corpus 35 of 35 as declared with it on), `0` off everywhere
-    (scripts/gpu/trace_check.py compares ranked medians with and without). On the CPU a trace that is on records and is read back, and is reported unavailable
-    (no device activity); on a GPU whose profiler records no device work (the child's probe says so before the
-    candidate exists) it is not started."""
+    `JUDGE_TRACE=1` turns it on (hostile corpus 35 of 35 as declared with it on, on a GPU), `0` off everywhere
+    (scripts/gpu/trace_check.py compares ranked medians with and without). On the CPU a trace that is on records
+    and is read back, and is reported unavailable (no device activity); on a GPU whose profiler records no device
+    work (the child's probe says so before the candidate exists) it is not started."""
 
     def traces(self, cuda: bool) -> bool:
         """Whether a child on this kind of device records the kernel trace (`trace`; off unless asked for)."""

@@ -12,10 +12,10 @@ before `exec` of the caller's argv (the launcher, `_LAUNCHER`). UNTRUSTED: every
 its descendants, everything it writes (stdout, stderr, the build dir, the pass_fds pipes).
 
 How a sandbox starts: no Python runs between fork and exec in the judge. The judge is multi-threaded
-(compile pool, output readers, watchdogs), and `subprocess.Popen(preexec_fn=...)` makes CPython take the
+(compile pool, output readers, watchdogs), and a pre-exec callback given to `subprocess.Popen` makes CPython take the
 import lock and run the `os.register_at_fork` handlers (logging's takes logging's module lock) around the
 fork, then run Python in the child: a thread holding either lock stalls every sandbox start (a worker
-deadlocked for minutes that way). So `preexec_fn` is not used anywhere; `Popen` only forks and execs,
+deadlocked for minutes that way). So no pre-exec callback is used anywhere; `Popen` only forks and execs,
 in C, and what must happen before the untrusted argv runs is done by a launcher in the same process:
 a fresh, single-threaded interpreter (`python -I -S -c _LAUNCHER`) that joins the job's cgroup, sets
 the rlimits, and execs the mechanism's argv (bwrap, unshare, or the command). It reports a failure

@@ -267,8 +267,8 @@ that started it exits, not only the process: the handler acts only once getppid(
 process (a thread's exit reparents it to another thread of that process, with the same pid, and arms the
 signal again for the next one). The check right after the request catches a starter that died before it.
 SIGTERM (a timeout's kill, an operator) also takes the whole group. No Python runs between fork and exec in
-the worker (no `preexec_fn`, see sandbox/isolation.py): the request is made here, after exec, as the baseline
-process does; `setpriv --pdeathsig` would have the same one-process reach and needs util-linux 2.33+."""
+the worker (no pre-exec callback in `Popen`, see sandbox/isolation.py): the request is made here, after exec, as
+the baseline process does; `setpriv --pdeathsig` would have the same one-process reach and needs util-linux 2.33+."""
 
 
 def _start_compiler(argv: list[str], **popen: object) -> subprocess.Popen:

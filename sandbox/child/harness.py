@@ -674,7 +674,7 @@ def serve(child: Child, cmd_fd: int) -> None:
         try:
             # `go` annotates its own parts: one span around the whole batch would hold its timed calls, and with
             # them any work running beside them. A trial pauses the trace for its own profile, and a span must
-            # not outlive the profiler session it was opened in (its end would run against another's state).
+            # not outlive the profiler run it was opened in (its end would run against another's state).
             with contextlib.nullcontext() if op in _UNSPANNED else child.span(op):
                 result = handlers[op](cmd)
         except OutputRejected as exc:

@@ -33,7 +33,7 @@ runpy.run_module("sandbox.execution.measure_baselines", run_name="__main__", alt
 kernel SIGKILLs
 when the worker (thread) that started it dies, so a killed worker leaves no full-CPU measurement behind.
 
-The child asks for the signal itself, after exec: the worker is multi-threaded, and a `preexec_fn` runs
+The child asks for the signal itself, after exec: the worker is multi-threaded, and a pre-exec callback of `Popen` runs
 Python between fork and exec, which deadlocks when another thread holds the import or logging lock
 (sandbox/isolation.py). It asks before importing the `sandbox` package (seconds, torch included), so an
 orphan does not live through the import; the parent-pid check catches a worker that died before the
