@@ -43,6 +43,6 @@ try:
 except RuntimeError as exc:
     beyond = str(exc)
 inspected = child.inspect(msg.Inspect())
-print(json.dumps({"before_all": len(armed["before_all"]), "outputs": len(payloads), "times": len(went["times_ms"]),
-                  "relative_errors": checks, "after_all": len(inspected["after_all"]),
-                  "unchanged": inspected["after_all"] == armed["before_all"], "beyond": beyond}))
+print(json.dumps({"before_all": len(armed.before_all), "outputs": len(payloads), "times": len(went.times_ms),
+                  "relative_errors": checks, "after_all": len(inspected.after_all),
+                  "unchanged": inspected.after_all == armed.before_all, "beyond": beyond}))
