@@ -39,6 +39,13 @@ PROFILED = frozenset({Status.CORRECT, Status.INCORRECT})
 """Verdicts whose candidate ran its forward calls to the end: the ones with kernels worth profiling."""
 
 
+def not_run(status: Status, device: str | None = None) -> Profile:
+    """The profile of a verdict whose candidate did not run its forward calls to the end: none, and why (the one
+    wording, whether the judging worker or a recovering one records it)."""
+    return Profile(status="unavailable", device=device, reason="not profiled: the candidate was not run to the end "
+                   f"of its timing (verdict: {status.value})")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Orphan:
     """A pending profile taken up by a worker that did not judge it: what it needs to build and run the candidate."""
@@ -80,9 +87,7 @@ def take_orphan(session: Session, worker_id: str, *, unclaimed_after_s: float, l
         .order_by(ProfileRow.id).limit(look_at)).all()
     for submission_id, attempts, status, task_id, source in rows:
         if status not in PROFILED:
-            record(session, submission_id, Profile(
-                status="unavailable", reason="not profiled: the candidate was not run to the end of its timing "
-                f"(verdict: {status.value})"), worker_id)
+            record(session, submission_id, not_run(status), worker_id)
         elif attempts >= ATTEMPTS:
             record(session, submission_id, Profile(
                 status="unavailable", reason=f"not profiled: profiling was started {attempts} times and never "

@@ -393,11 +393,9 @@ class Worker:
             if verdict.status in PROFILED:
                 result = self.judge.profile(prepared, self.sandbox_devices[device])
             else:
-                result = Profile(status="unavailable", reason=f"not profiled: the candidate was not run to the end "
-                                 f"of its timing (verdict: {verdict.status.value})", device=device)
+                result = profile_recovery.not_run(verdict.status, device)
             self.stats.observe("profile", result.gpu_seconds)
-            with self.db.transaction() as session:
-                profile_store.record(session, claim.submission_id, result, self.worker_id)
+            self._record_profile(claim.submission_id, result)
             log.info("job %s: profile %s (%.1f s on %s)", claim.job_id, result.status, result.gpu_seconds, device)
         except Exception:  # a bug of ours, or the database away: the verdict stands, the profile stays pending
             log.exception("job %s: profiling failed", claim.job_id)
@@ -454,9 +452,8 @@ class Worker:
         try:
             with self.db.transaction() as session:
                 if profile_store.is_pending(session, claim.submission_id):
-                    profile_store.record(session, claim.submission_id, Profile(
-                        status="unavailable", reason="not profiled: the candidate was not run to the end of its "
-                        f"timing (verdict: {verdict.status.value})"), self.worker_id)
+                    profile_store.record(session, claim.submission_id, profile_recovery.not_run(verdict.status),
+                                         self.worker_id)
         except Exception:  # the verdict stands; the profile stays pending
             log.exception("job %s: recording that no profile was taken failed", claim.job_id)
 
