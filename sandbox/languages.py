@@ -64,6 +64,10 @@ class Language:
     """How a declared kernel `{}` appears in the name of the device kernel that ran."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment of the build and execution children, `{build}` standing for their build directory."""
+    companions: tuple[str, ...] = ()
+    """Packages the language's kernels are written with, judged with it: CuTe DSL's examples take their stream
+    from cuda-python (`cuda.bindings.driver`), TileLang's candidates reach TVM's (`tvm`, `tvm_ffi`). Without the
+    language they are kernel languages of their own that the judge does not judge (sandbox/static_checks.py)."""
 
 
 LANGUAGES = (
@@ -75,10 +79,11 @@ LANGUAGES = (
              env={"TRITON_CACHE_DIR": "{build}/triton"}),
     Language(id="cute", name="CuTe DSL kernels (nvidia-cutlass-dsl, @cute.kernel)", module="cutlass",
              declares=re.compile(r"@(?:cute|cutlass\.cute)\.kernel\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)"),
-             device_name="kernel_cutlass_{}", env={"CUTE_DSL_CACHE_DIR": "{build}/cute"}),
+             device_name="kernel_cutlass_{}", env={"CUTE_DSL_CACHE_DIR": "{build}/cute"}, companions=("cuda",)),
     Language(id="tilelang", name="TileLang kernels (@T.prim_func)", module="tilelang",
              declares=re.compile(r"@(?:T|tilelang\.language)\.prim_func\b[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)"),
-             device_name="{}_kernel", env={"TILELANG_CACHE_DIR": "{build}/tilelang"}),
+             device_name="{}_kernel", env={"TILELANG_CACHE_DIR": "{build}/tilelang"},
+             companions=("tvm", "tvm_ffi")),
 )
 BY_ID = {language.id: language for language in LANGUAGES}
 JIT_SHAPES_ENV = "JUDGE_JIT_SHAPES"
@@ -106,6 +111,13 @@ def installed(module: str) -> bool:
 def available() -> list[Language]:
     """The languages this host judges, in the order of LANGUAGES."""
     return [language for language in LANGUAGES if language.module is None or installed(language.module)]
+
+
+def judged_packages() -> frozenset[str]:
+    """The top-level packages of the languages this host judges, their companions included: a candidate importing
+    any other kernel language is refused whether or not it is installed here."""
+    return frozenset(package for language in available()
+                     for package in ((language.module,) if language.module else ()) + language.companions)
 
 
 def kernel_names(source: str) -> frozenset[str]:

@@ -203,26 +203,41 @@ def _guarded(tree: ast.Module) -> set[int]:
 
 
 def _import_findings(tree: ast.Module, imports: list[tuple[str, ast.AST]]) -> list[Finding]:
-    """Imports that cannot succeed here, one finding per top-level package.
+    """Imports that cannot be judged here, one finding per top-level package.
 
     A kernel language counts wherever it is imported (in a function, through importlib.import_module with a
-    literal name): the candidate's kernel is written in it. Any other package counts only when it is imported
-    by a statement at the top of the module, which certainly runs. Imports inside a `try` that catches
-    ImportError are the candidate's own fallbacks and never count.
+    literal name): the candidate's kernel is written in it. One this host judges (sandbox/languages.py
+    `judged_packages`) counts when it is not installed; any other counts even when it is installed (CuPy, Numba,
+    JAX on a GPU image): the judge neither builds its kernels in the build stage nor recognises them, so it would
+    compile on the device's time and be judged by rules that do not know it. Any other package counts only when it
+    is not installed and is imported by a statement at the top of the module, which certainly runs. Imports inside
+    a `try` that catches ImportError are the candidate's own fallbacks and count only where they would succeed
+    with a language the judge does not judge.
     """
     guarded, top_level = _guarded(tree), {id(statement) for statement in tree.body}
+    judged = languages.judged_packages()
     findings: list[Finding] = []
     seen: set[str] = set()
     for module, node in imports:
         top = module.split(".")[0]
-        if not top or top in seen or top in JUDGE_PACKAGES or id(node) in guarded:
+        if not top or top in seen or top in JUDGE_PACKAGES:
             continue
         language = KERNEL_LANGUAGES.get(top)
-        if (language is None and id(node) not in top_level) or importable(top):
+        installed = importable(top)
+        foreign = language is not None and top not in judged and installed
+        if id(node) in guarded and not foreign:
+            continue
+        if not foreign and ((language is None and id(node) not in top_level) or installed):
             continue
         seen.add(top)
         line = getattr(node, "lineno", None)
-        if language is not None:
+        if foreign:
+            message = (f"line {line}: imports {module} ({language}), a kernel language this judge does not judge "
+                       f"(it is installed here, but its kernels would be compiled on the device's time and are not "
+                       f"recognised by the judge's rules). This host judges {_listed(supported_languages())}; "
+                       "write the kernel in one of those.")
+            findings.append(Finding(rule="unsupported_language", message=message, line=line))
+        elif language is not None:
             message = (f"line {line}: imports {module} ({language}), a kernel language this judge cannot run: "
                        f"{top!r} is not installed here. This host judges {_listed(supported_languages())}; "
                        "write the kernel in one of those.")

@@ -34,8 +34,14 @@ answer inside the process:
 
 What it cannot do: code that is native (a C++ extension) can reach anything in the process, remove the hook
 from the interpreter's list, or forge the child's replies; trusted library code that hands a caller a frame's
-contents (torch.jit's resolution callbacks built from a caller's frame), or code compiled into a library
-module's own namespace under that module's file name, passes as trusted. The parent's bounds on time (its own
+contents (torch.jit's resolution callbacks built from a caller's frame) passes as trusted.
+- Code under a trusted module's file name would pass as that module's (`trusted` reads `co_filename`): compiled
+  into a library module's namespace (`exec(compile(text, os.__file__, "exec"), vars(os))`), a code object copied
+  with that name (`code.replace(co_filename=...)`), read from bytes (`marshal.loads`), or a compiled `.pyc` written
+  and imported. The hook refuses each where the candidate asks (the standard library's compile-for-the-caller
+  helpers, codeop, py_compile, importlib's `source_to_code`, are looked through), a `.pyc` opened outside
+  `__pycache__` and the library's directories, a zip archive's compiled module under such a name, and an import
+  whose compiled text is not the file it names. The parent's bounds on time (its own
 clock, the sandbox's CPU time, speed-of-light) are the backstop. docs/threat-model.md, "Reaching the harness".
 """
 
@@ -44,8 +50,12 @@ from __future__ import annotations
 import _thread
 import ctypes
 import gc
+import importlib._bootstrap as bootstrap
+import importlib._bootstrap_external as external
+import importlib.abc
 import inspect
 import logging
+import marshal
 import os
 import signal
 import sys
@@ -77,14 +87,26 @@ _GC_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"
 _TRACE_EVENTS = frozenset({"sys.settrace", "sys.setprofile"})
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
-_EVENTS = _FRAME_EVENTS | _GC_EVENTS | _TRACE_EVENTS | frozenset({
+_CODE_EVENTS = frozenset({"compile", "code.__new__", "marshal.loads", "marshal.load", "open", "exec",
+                          "function.__new__"})
+"""Where code objects come from and where they start to run: compiled from text (`compile`, exec/eval of a string;
+compiling a syntax tree names no file, so its code is seen when it runs), built or copied with new fields
+(`code.__new__`, also raised by `code.replace`), read from bytes (`marshal`) or from a compiled file (`open` of a
+`.pyc`, which importlib then reads through marshal); run by exec/eval (`exec`) or made a function
+(`function.__new__`)."""
+_EVENTS = _FRAME_EVENTS | _GC_EVENTS | _TRACE_EVENTS | _CODE_EVENTS | frozenset({
     "object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.addaudithook", "ctypes.dlsym",
     FINDINGS, SEAL, TRIPWIRE})
 _HELPERS = (inspect.currentframe, inspect.stack, inspect.trace, inspect.getouterframes, inspect.getinnerframes,
             traceback.walk_stack, traceback.walk_tb, logging.currentframe, ctypes.CDLL.__getattr__,
             ctypes.CDLL.__getitem__, ctypes.LibraryLoader.__getattr__, ctypes.LibraryLoader.__getitem__)
 """Library functions that take a frame (or a C symbol) to hand it to their caller: the caller is who asked."""
+_COMPILE_HELPER_MODULES = ("codeop", "code", "py_compile", "compileall")
+"""Standard-library modules that compile for their caller, under a file name the caller chooses: the caller is who
+asked (with importlib's `source_to_code`, the same for one call)."""
 _FRAME_WHY = "(a frame: any frame reaches the judge's own through f_back)"
+_DISGUISE_WHY = ("(its frames would pass as the library's own, and any frame reaches the judge's through f_back; "
+                 "refused)")
 _GC_WHY = "(the garbage collector reaches every object of the judge's)"
 
 
@@ -132,6 +154,10 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
     preloaded = {name: vars(m) for name, m in list(modules.items()) if type(m) is types.ModuleType}
     roots, tracer_roots = _trusted_roots(untrusted), _tracer_roots()
     helpers = frozenset(f.__code__ for f in _HELPERS)
+    compile_helpers = _compile_helpers()
+    importer = vars(modules["_frozen_importlib_external"])
+    zip_importer = vars(modules["zipimport"]) if "zipimport" in modules else None
+    marshal_loads = _marshal_loads
     getframe, get_ident, module_type = sys._getframe, _thread.get_ident, types.ModuleType
     dict_get = dict.get
     record: dict[str, None] = {}  # insertion-ordered, deduplicated
@@ -144,12 +170,81 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
         if len(record) < MAX_FINDINGS:
             record[text] = None
 
+    own: set[types.CodeType] = set()  # the hook's own functions, filled in below
+
     def asker() -> Any:
-        """The frame that raised the event: 0 is this function, 1 `handle`, 2 `hook`, 3 the code above them."""
-        frame = getframe(3)
-        while frame is not None and frame.f_code in helpers:
+        """The frame that raised the event: the first above the hook's own functions and the frame helpers."""
+        frame = getframe(1)
+        while frame is not None and (frame.f_code in own or frame.f_code in helpers):
             frame = frame.f_back
         return frame
+
+    def compiler() -> Any:
+        """Who asked for a code object: `asker`, past the standard library's compile-for-the-caller helpers."""
+        frame = asker()
+        while frame is not None and (frame.f_code in compile_helpers
+                                     or dict_get(frame.f_globals, "__name__") in _COMPILE_HELPER_MODULES
+                                     and trusted(frame, roots)):
+            frame = frame.f_back
+        return frame
+
+    def disguised(filename: Any) -> bool:
+        """A file name that would make a frame of the code trusted (`trusted` reads co_filename)."""
+        return type(filename) is str and (filename.startswith(roots) or filename.startswith("<frozen "))
+
+    def same_as_file(filename: str, source: Any) -> bool:
+        if type(source) is str:
+            source = source.encode()
+        if type(source) is not bytes:
+            return False
+        try:
+            with open(filename, "rb") as fh:
+                return fh.read() == source
+        except OSError:
+            return False
+
+    def code_event(event: str, args: tuple) -> None:
+        """A code object under a trusted file name made by code not trusted, or from text that is not that file,
+        or read from a compiled file the candidate could have written: refused and recorded."""
+        if event == "open":
+            path, mode = args[0], args[1]
+            if (type(path) is str and path.endswith(".pyc") and type(mode) is str and "r" in mode
+                    and os.path.basename(os.path.dirname(path)) != "__pycache__" and not path.startswith(roots)):
+                what = f"a compiled module file {os.path.basename(path)!r} opened outside the library's directories"
+                note(f"{what} {_DISGUISE_WHY}, from {where(asker())}")
+                raise Refused(f"{what} is refused by the judge")
+            return
+        frame = compiler()
+        if event in ("exec", "function.__new__"):
+            code = args[0] if args else None
+            if type(code) is types.CodeType and disguised(code.co_filename) and not trusted(frame, roots):
+                note(f"{event} of code under the file name {code.co_filename!r} of trusted code {_DISGUISE_WHY}, "
+                     f"from {where(frame)}")
+                raise Refused("code under a trusted module's file name is refused by the judge")
+            return
+        if event in ("marshal.loads", "marshal.load"):
+            if not trusted(frame, roots):
+                note(f"{event} (code objects from bytes carry any file name) {_DISGUISE_WHY}, from {where(frame)}")
+                raise Refused(f"{event} is refused by the judge")
+            if frame is not None and frame.f_globals is zip_importer and type(args[0]) is bytes:
+                code = marshal_loads(args[0])  # a zip's compiled module keeps the file name it was compiled under
+                if disguised(getattr(code, "co_filename", None)):
+                    note(f"a compiled module in a zip archive under the file name {code.co_filename!r} "
+                         f"{_DISGUISE_WHY}, from {where(frame)}")
+                    raise Refused("a compiled module under a trusted module's file name is refused by the judge")
+            return
+        filename = args[1]
+        if not disguised(filename):
+            return
+        if not trusted(frame, roots):
+            note(f"{event} under the file name {filename!r} of trusted code {_DISGUISE_WHY}, from {where(frame)}")
+            raise Refused("code under a trusted module's file name is refused by the judge")
+        if (event == "compile" and frame is not None and frame.f_globals is importer
+                and not same_as_file(filename, args[0])):
+            # importlib compiles a module's whole file; a loader that feeds it other text under that name lies
+            note(f"an import compiled text that is not {filename!r} under its name {_DISGUISE_WHY}, from "
+                 f"{where(frame)}")
+            raise Refused("code under a trusted module's file name is refused by the judge")
 
     def trusted(frame: Any, allowed: tuple[str, ...]) -> bool:
         if frame is None:
@@ -221,6 +316,9 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
         if event in (FINDINGS, SEAL, TRIPWIRE):
             private(event, args)
             return
+        if event in _CODE_EVENTS:
+            code_event(event, args)
+            return
         if event == "object.__getattr__":
             if args[1] not in _FRAME_ATTRS:
                 return
@@ -262,7 +360,23 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
         finally:
             busy.discard(ident)
 
+    own.update(f.__code__ for f in (asker, compiler, code_event, handle, hook))
     sys.addaudithook(hook)
+
+
+def _compile_helpers() -> frozenset[types.CodeType]:
+    """importlib's `source_to_code` and the call that runs `compile` for it: a caller naming any file passes
+    through them (SourceFileLoader.source_to_code(text, os.__file__))."""
+    return frozenset({external.SourceLoader.source_to_code.__code__,
+                      importlib.abc.InspectLoader.source_to_code.__code__,
+                      bootstrap._call_with_frames_removed.__code__})
+
+
+def _marshal_loads(data: bytes) -> Any:
+    try:
+        return marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return None
 
 
 def findings() -> tuple[list[str], list[str]]:

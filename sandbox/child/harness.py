@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import builtins  # noqa: F401 - watched by Integrity (sys.modules lookup)
 import contextlib
-import importlib.util
 import inspect
 import json  # noqa: F401 - watched by Integrity (sys.modules lookup)
 import os
@@ -59,12 +58,12 @@ from sandbox.child import audit as _audit
 from sandbox.child import recorder as _recorder
 from sandbox import compare as _compare
 from sandbox import languages as _languages
+from sandbox.child import loading as _loading
 from sandbox.build import no_build as _no_build
 from sandbox import protocol as _protocol
 from sandbox.execution import timing as _timing
 from sandbox.execution import window as _window
 
-CANDIDATE_MODULE = "candidate"
 _CUSTOM_OP = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?")
 _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "profiler", "c10d", "_c10d_functional", "inductor",
                                "quantized", "cuda", "triton", "torch", "autograd", "_quantized", "mkldnn"})
@@ -422,7 +421,7 @@ class Child:
             self.tracing = True
         self._seal()
         try:
-            self.model = self._import_candidate()
+            self.model = _loading.load_model(self.source_path, self.device)
         except Exception:
             self.build_guard.raise_if_refused()
             raise
@@ -440,16 +439,6 @@ class Child:
         if self.recorder is not None:
             _audit.seal("the trace recorder", self.recorder, ("device", "cuda", "activities", "_source", "_target",
                                                               "_key"))
-
-    def _import_candidate(self) -> torch.nn.Module:
-        spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, self.source_path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[CANDIDATE_MODULE] = module
-        spec.loader.exec_module(module)
-        model_cls = getattr(module, "ModelNew", None)
-        if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
-            raise TypeError("ModelNew is not a subclass of torch.nn.Module")
-        return model_cls().to(self.device)
 
     def _built_extensions(self) -> set[str]:
         """Names of the shared libraries the candidate built under the build dir.
@@ -754,10 +743,7 @@ def compile_only(task_id: TaskId, source_path: str, res_fd: int) -> None:
     tripwires = Tripwires(task.forbidden_aten_ops)
     started = time.monotonic()
     try:
-        spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, source_path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[CANDIDATE_MODULE] = module
-        spec.loader.exec_module(module)
+        module = _loading.import_candidate(source_path)
         _construct_for_build(module)
         precompile_jit(module, task_id)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides the verdict

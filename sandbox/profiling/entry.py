@@ -14,7 +14,6 @@ synchronisation after each. Exit status 0 when all ran; otherwise the error is o
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import traceback
@@ -23,19 +22,8 @@ import torch
 
 from reference import OFFICIAL, TaskId, get_task
 from sandbox.build import no_build
+from sandbox.child.loading import load_model
 
-CANDIDATE_MODULE = "candidate"
-
-
-def _load(source: str, device: torch.device) -> torch.nn.Module:
-    spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, source)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[CANDIDATE_MODULE] = module
-    spec.loader.exec_module(module)
-    model_cls = getattr(module, "ModelNew", None)
-    if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
-        raise TypeError("ModelNew is not a subclass of torch.nn.Module")
-    return model_cls().to(device)
 
 
 def _sync(device: torch.device) -> None:
@@ -50,7 +38,7 @@ def run(task_id: TaskId, device_name: str, source: str, calls: int, seed: int) -
     task = get_task(task_id)
     guard = no_build.install()
     try:
-        model = _load(source, device)
+        model = load_model(source, device)
     finally:
         guard.raise_if_refused()
     shape = task.official_shape if device.type == "cuda" else task.cpu_shape  # the CPU size: tests only

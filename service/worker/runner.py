@@ -115,6 +115,9 @@ class Worker:
         self.compile_slots = max(1, settings.compile_workers)
         self.held: dict[str, _Held] = {}
         self.lock = threading.Lock()
+        self.claiming = threading.Lock()
+        """Held from reading the capacity to the end of the claim, and by `give_up` around its release: a stall
+        found meanwhile cannot hand this worker back the job it just gave up on a capacity read before it."""
         self.to_compile: queue.Queue[q.Claim | profile_recovery.Orphan] = queue.Queue()
         self.compiled: queue.Queue[tuple[q.Claim | profile_recovery.Orphan, PreparedCandidate]] = queue.Queue()
         """Both carry claimed jobs, and profiles taken up from other workers (`_take_up_profile`)."""
@@ -169,9 +172,11 @@ class Worker:
             if lifeline.orphaned(self.parent):
                 log.warning("parent process %s is gone: stopping", self.parent)
                 break
-            want = self._capacity()
+            want = 0
             try:
-                claimed = self._claim(want) if want else []
+                with self.claiming:
+                    want = self._capacity()
+                    claimed = self._claim(want) if want else []
                 if db_down:
                     log.warning("claim: the database answers again")
                 db_down = False
@@ -557,7 +562,8 @@ class Worker:
         """A stalled job: back to the queue as `stalled` (no blame), out of `held` so no heartbeat renews it. Its
         stuck thread keeps the claim; when it comes back, `_forget` ends the stall."""
         try:
-            q.release(self.db, claim.token, AttemptOutcome.STALLED)
+            with self.claiming:
+                q.release(self.db, claim.token, AttemptOutcome.STALLED)
             log.error("job %s: released to the queue: its worker stalled", claim.job_id)
         except Exception:
             log.exception("job %s: release failed; its lease will expire", claim.job_id)

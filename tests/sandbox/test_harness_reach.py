@@ -12,6 +12,8 @@ test_corpus.py.
 from __future__ import annotations
 
 import json
+import marshal
+import os
 import subprocess
 import sys
 import textwrap
@@ -95,6 +97,81 @@ def test_every_way_to_a_frame_or_the_garbage_collector_is_recorded(tmp_path: Pat
     """)
     assert seen["result"] == "took it"
     assert len(seen["findings"]) == 1 and "candidate.py:" in seen["findings"][0], seen
+
+
+DISGUISE = "import sys\nframe = sys._getframe(0)\n"
+FUNCTION = "def f():\n    import sys\n    return sys._getframe(0)\n"
+"""Module code that takes a frame: run under a trusted module's file name, the frame would pass as os's own."""
+
+
+@pytest.mark.parametrize("making", [
+    "exec(compile(DISGUISE, os.__file__, 'exec'), vars(os), {})",
+    "exec(compile(ast.parse(DISGUISE), os.__file__, 'exec'), vars(os), {})",
+    "types.FunctionType(_function_code(compile(ast.parse(FUNCTION), os.__file__, 'exec')), vars(os))()",
+    "exec(compile(DISGUISE, '<frozen os>', 'exec'), vars(os), {})",
+    "exec(compile(DISGUISE, 'x.py', 'exec').replace(co_filename=os.__file__), vars(os), {})",
+    "exec(codeop.compile_command(DISGUISE, os.__file__, 'exec'), vars(os), {})",
+    "exec(importlib.machinery.SourceFileLoader('os', os.__file__).source_to_code(DISGUISE.encode(), os.__file__),"
+    " vars(os), {})",
+    "exec(marshal.loads(MARSHALLED), vars(os), {})",
+    "_sourceless(MARSHALLED)",
+    "_feeding_loader()",
+])
+def test_code_under_a_trusted_file_name_is_refused_and_recorded(tmp_path: Path, making: str) -> None:
+    """`trusted` reads a frame's co_filename: code the candidate makes under a library's file name, run in that
+    module's namespace, would take frames unrecorded. Every way to make it is refused where the candidate asks."""
+    marshalled = marshal.dumps(compile(DISGUISE, os.__file__, "exec"))
+    seen = probe(tmp_path, f"""
+        import ast, codeop, importlib.machinery, importlib.util, marshal, os, types
+        DISGUISE, FUNCTION = {DISGUISE!r}, {FUNCTION!r}
+        MARSHALLED = {marshalled!r}
+
+        def _function_code(module_code):
+            return next(c for c in module_code.co_consts if isinstance(c, types.CodeType))
+
+        def _sourceless(data):
+            folder = os.path.dirname(os.path.abspath(__file__))
+            with open(os.path.join(folder, "disguised.pyc"), "wb") as fh:
+                fh.write(importlib.util.MAGIC_NUMBER + bytes(12) + data)
+            sys.path.insert(0, folder)
+            import disguised  # noqa: F401
+
+        def _feeding_loader():
+            class Feeding(importlib.machinery.SourceFileLoader):
+                def get_data(self, path):
+                    return DISGUISE.encode() if path == os.__file__ else super().get_data(path)
+
+                def path_stats(self, path):
+                    raise OSError  # no bytecode cache: compile the "source"
+            loader = Feeding("os_again", os.__file__)
+            return loader.get_code("os_again")
+
+        try:
+            {making}
+        except RuntimeError as exc:
+            return "refused: " + str(exc)
+        return "made it"
+    """)
+    assert seen["result"].startswith("refused: ") and "refused by the judge" in seen["result"], seen
+    assert len(seen["findings"]) == 1 and "refused" in seen["findings"][0], seen
+
+
+def test_honest_uses_of_compile_and_imports_are_not_findings(tmp_path: Path) -> None:
+    """Code compiled under the candidate's own names, string evaluation in the standard library, and imports of
+    library modules (from their bytecode caches or their sources) are no findings."""
+    seen = probe(tmp_path, """
+        import collections, dataclasses, importlib, marshal, os
+        exec(compile("y = 1", __file__, "exec"), {})
+        exec("z = 2", {})
+        eval(compile("1 + 1", "<string>", "eval"))
+        code = compile("w = 3", __file__, "exec").replace(co_name="renamed")
+        collections.namedtuple("Point", "x y")
+        dataclasses.make_dataclass("D", ["a"])
+        import json.tool, xml.dom.minidom, email.mime.text  # noqa: F401  (imported after the hook)
+        marshal.dumps(1)
+        return "ran"
+    """)
+    assert seen["result"] == "ran" and seen["findings"] == [], seen
 
 
 def test_other_audit_hooks_tracers_and_the_c_api_are_refused(tmp_path: Path) -> None:

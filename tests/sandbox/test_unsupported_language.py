@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,41 @@ def test_an_importable_module_is_not_flagged_even_when_it_is_a_kernel_language(t
     (tmp_path / "tilelang" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert findings("import tilelang\n") == []
+
+
+def _install(root: Path, *packages: str) -> None:
+    for package in packages:
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
+    importlib.invalidate_caches()  # the path's finder caches its directory listing
+
+
+@pytest.mark.parametrize("body", ["import cupy\n", "from numba import cuda\n", "import jax.numpy as jnp\n",
+                                  "try:\n    import cupy\nexcept ImportError:\n    cupy = None\n",
+                                  "def kernel():\n    import numba\n    return numba\n"])
+def test_a_kernel_language_the_judge_does_not_judge_is_refused_even_when_installed(
+        body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU image may carry CuPy, Numba or JAX for other reasons: importing them there succeeds, the kernel would
+    compile on the device's time and no rule of the judge knows its kernels. Refused before any build, guarded
+    import or not (the guard's fallback is not taken where the import succeeds)."""
+    _install(tmp_path, "cupy", "numba", "jax")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = findings(body)
+    assert [f.rule for f in found] == ["unsupported_language"], found
+    assert "a kernel language this judge does not judge (it is installed here" in found[0].message
+    assert "torch.utils.cpp_extension (load_inline)" in found[0].message
+
+
+def test_a_languages_companion_is_judged_with_it_and_refused_without_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuda-python (`import cuda.bindings.driver`) is how CuTe DSL candidates take their stream: judged where CuTe
+    DSL is, a kernel language of its own (NVRTC from Python) where it is not."""
+    _install(tmp_path, "cuda")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    body = "import cuda.bindings.driver as cuda\n"
+    assert [f.rule for f in findings(body)] == ["unsupported_language"]
+    _install(tmp_path, "cutlass")
+    assert findings("import cutlass.cute as cute\n" + body) == []
 
 
 def test_a_missing_package_counts_at_the_top_of_the_module_only() -> None:

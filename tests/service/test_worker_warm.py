@@ -28,31 +28,34 @@ SPARE_S = 240  # one spare's start there (~13 s seen)
 
 
 def _spares_under(root: int) -> dict[int, str]:
-    """Live (not zombie) pre-started judge children in the process tree under `root`: pid -> command line."""
-    parents, states = {}, {}
+    """Live (not zombie) pre-started judge children that `root` itself started, and their processes: pid -> command
+    line. Only those `root` started: a worker process another test keeps for the whole run (tests/integrations'
+    session-scoped judge) has spares of its own below `root`, and they are not this worker's."""
+    parents, states, cmdlines = {}, {}, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
                 fields = fh.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)], states[int(entry)] = int(fields[1]), fields[0]
-    found = {}
-    for pid in parents:
-        ancestor, depth = parents.get(pid), 0
-        while ancestor and ancestor != root and depth < 64:
-            ancestor, depth = parents.get(ancestor), depth + 1
-        if ancestor != root or states[pid] == b"Z":
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
                 cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "sandbox.child" in cmdline and "--pre-started" in cmdline:
-            found[pid] = cmdline
+        pid = int(entry)
+        parents[pid], states[pid], cmdlines[pid] = int(fields[1]), fields[0], cmdline
+
+    def spare(pid: int) -> bool:
+        return "sandbox.child" in cmdlines[pid] and "--pre-started" in cmdlines[pid]
+
+    started = {pid for pid in parents if parents[pid] == root and spare(pid)}
+    found = {}
+    for pid in parents:
+        ancestor, depth = pid, 0
+        while ancestor and ancestor not in started and depth < 64:
+            ancestor, depth = parents.get(ancestor), depth + 1
+        if ancestor in started and spare(pid) and states[pid] != b"Z":
+            found[pid] = cmdlines[pid]
     return found
 
 
