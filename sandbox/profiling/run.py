@@ -28,12 +28,20 @@ from sandbox.profiling import ncu as _ncu
 from sandbox.profiling.report import MAX_CSV_BYTES, Profile, ProfileParseError, parse_raw_csv
 from sandbox.supervisor import SOURCE_MOUNT, ChildPaths, child_env, code_binds
 from sandbox.config import JudgeConfig
+from sandbox.verdict import Verdict
 
 CALLS = 3
 """Profiled forward calls: enough to show a kernel that runs only on some calls, few enough to stay quick."""
 TIME_LIMIT_S = 240.0
-"""The profiled child's wall limit: ncu's start (~10 s), the candidate's import and a warm-up call, and each of
-up to LAUNCH_LIMIT launches replayed a few times (milliseconds each for these tasks)."""
+"""The profiled child's wall limit when nothing is known of the candidate's speed, and the most any profile gets:
+ncu's start (~10 s), the candidate's import and a warm-up call, and each of up to LAUNCH_LIMIT launches replayed a
+few times (milliseconds each for these tasks)."""
+BASE_S = 60.0
+"""What a profile takes whatever the kernel's speed: ncu's start (~10 s on an H100), the candidate's import (the
+judge allows it JudgeConfig.load_timeout_s, 30 s) and its warm-up call."""
+REPLAY_ALLOWANCE = 50
+"""Forward calls' worth of time allowed per profiled call: ncu replays each kernel once per pass its metrics need
+(a few for METRICS) and saves and restores device memory around each replay."""
 STDERR_LINES = 8
 """Of the child's output, the last lines a failed profile quotes."""
 _TRUSTED_ROOTS = (Path("/usr"), Path("/opt/nvidia"))
@@ -74,6 +82,22 @@ def _binds(ncu: str, mechanism: str, source: Path) -> dict[Path, str]:
 def _tail(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("==PROF==")]
     return "\n".join(lines[-STDERR_LINES:])
+
+
+def time_limit_s(verdict: Verdict | None, calls: int = CALLS) -> float:
+    """The profiled child's wall limit from what the verdict measured of one forward call: the device is held for
+    the profile, so a candidate that runs slowly only under the profiler holds it for about its own time, not for
+    TIME_LIMIT_S. The timed calls' upper quartile when the verdict has one; else a correctness trial's share of its
+    stage (the child's call, the transfers and the comparison: more than the call); else TIME_LIMIT_S."""
+    if verdict is None:
+        return TIME_LIMIT_S
+    if verdict.performance is not None:
+        call_s = verdict.performance.candidate.q75_ms / 1e3
+    elif verdict.trials and verdict.stages.get("correctness"):
+        call_s = verdict.stages["correctness"] / len(verdict.trials)
+    else:
+        return TIME_LIMIT_S
+    return min(TIME_LIMIT_S, BASE_S + REPLAY_ALLOWANCE * (calls + 1) * call_s)
 
 
 def profile_candidate(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | None = None,

@@ -22,11 +22,12 @@ import datetime as dt
 from dataclasses import dataclass
 
 from sqlalchemy import or_, select, update
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from sandbox.profiling.report import Profile
 from sandbox.profiling.run import TIME_LIMIT_S
-from sandbox.verdict import Status
+from sandbox.verdict import Status, Verdict
 from service.db.models import ProfileRow, Submission, VerdictRow, utcnow
 from service.profiles.store import PENDING, record
 
@@ -53,6 +54,8 @@ class Orphan:
     submission_id: str
     task_id: str
     source: str
+    verdict: Verdict | None
+    """The stored verdict, whose measured call time bounds the profile's wall limit (None: unreadable)."""
 
 
 def take(session: Session, submission_id: str, worker_id: str, *, lease_s: float = LEASE_S) -> bool:
@@ -77,7 +80,7 @@ def take_orphan(session: Session, worker_id: str, *, unclaimed_after_s: float, l
     now = utcnow()
     rows = session.execute(
         select(ProfileRow.submission_id, ProfileRow.attempts, VerdictRow.status, Submission.task_id,
-               Submission.source)
+               Submission.source, VerdictRow.verdict)
         .join(VerdictRow, VerdictRow.submission_id == ProfileRow.submission_id)
         .join(Submission, Submission.id == ProfileRow.submission_id)
         .where(ProfileRow.status == PENDING,
@@ -85,7 +88,7 @@ def take_orphan(session: Session, worker_id: str, *, unclaimed_after_s: float, l
                    (ProfileRow.lease_until.is_(None))
                    & (VerdictRow.created_at < now - dt.timedelta(seconds=unclaimed_after_s))))
         .order_by(ProfileRow.id).limit(look_at)).all()
-    for submission_id, attempts, status, task_id, source in rows:
+    for submission_id, attempts, status, task_id, source, stored in rows:
         if status not in PROFILED:
             record(session, submission_id, not_run(status), worker_id)
         elif attempts >= ATTEMPTS:
@@ -93,8 +96,15 @@ def take_orphan(session: Session, worker_id: str, *, unclaimed_after_s: float, l
                 status="unavailable", reason=f"not profiled: profiling was started {attempts} times and never "
                 "finished (its worker stopped each time); submit again with profile to try anew"), worker_id)
         elif take(session, submission_id, worker_id, lease_s=lease_s):
-            return Orphan(submission_id=submission_id, task_id=task_id, source=source)
+            return Orphan(submission_id=submission_id, task_id=task_id, source=source, verdict=_verdict(stored))
     return None
+
+
+def _verdict(stored: object) -> Verdict | None:
+    try:
+        return Verdict.model_validate(stored)
+    except ValidationError:  # a verdict stored by an older judge: the profile gets the default limit
+        return None
 
 
 def give_back(session: Session, submission_id: str, worker_id: str) -> None:

@@ -20,7 +20,7 @@ from typing import Protocol
 import sandbox
 from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict
 from sandbox.profiling.report import Profile
-from sandbox.profiling.run import profile_candidate
+from sandbox.profiling.run import profile_candidate, time_limit_s
 from sandbox.execution.warm import WarmPool
 from service.core.config import JudgeMode, Settings
 
@@ -32,7 +32,7 @@ class Judge(Protocol):
 
     def execute(self, prepared: PreparedCandidate, device: str) -> Verdict: ...
 
-    def profile(self, prepared: PreparedCandidate, device: str) -> Profile:
+    def profile(self, prepared: PreparedCandidate, device: str, verdict: Verdict | None = None) -> Profile:
         """After the verdict, when its submitter asked: the candidate's kernels under Nsight Compute, in a child
         of their own (sandbox.profiling.run); on a CPU device "not available on this host"."""
 
@@ -88,8 +88,9 @@ class SandboxJudge:
         child = self.pool.acquire(device, prepared.task_id) if self.pool is not None else None
         return sandbox.execute(prepared, device, config=self.config, child=child)
 
-    def profile(self, prepared: PreparedCandidate, device: str) -> Profile:
-        return profile_candidate(prepared, device, config=self.config)
+    def profile(self, prepared: PreparedCandidate, device: str, verdict: Verdict | None = None) -> Profile:
+        """`verdict`: the candidate's, whose measured call time bounds the profile's (run.time_limit_s)."""
+        return profile_candidate(prepared, device, config=self.config, time_limit_s=time_limit_s(verdict))
 
     def open(self, devices: list[str]) -> None:
         if self.pool is not None:
@@ -123,7 +124,7 @@ class CompileOnlyJudge(SandboxJudge):
                        diagnosis="compile-only judge (load testing): compiled, NOT run, NOT checked, NOT timed",
                        details={"judge_mode": self.mode, "executed": False})
 
-    def profile(self, prepared: PreparedCandidate, device: str) -> Profile:
+    def profile(self, prepared: PreparedCandidate, device: str, verdict: Verdict | None = None) -> Profile:
         return Profile(status="unavailable", reason="not available: the compile-only judge runs no candidate",
                        device=device)
 

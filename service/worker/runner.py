@@ -396,7 +396,7 @@ class Worker:
                 if not profile_recovery.take(session, claim.submission_id, self.worker_id):
                     return
             if verdict.status in PROFILED:
-                result = self.judge.profile(prepared, self.sandbox_devices[device])
+                result = self.judge.profile(prepared, self.sandbox_devices[device], verdict)
             else:
                 result = profile_recovery.not_run(verdict.status, device)
             self.stats.observe("profile", result.gpu_seconds)
@@ -508,7 +508,7 @@ class Worker:
             if self.stopping.is_set():
                 self._give_back_profile(orphan)
                 return
-            result = self.judge.profile(prepared, self.sandbox_devices[device])
+            result = self.judge.profile(prepared, self.sandbox_devices[device], orphan.verdict)
             self.stats.observe("profile", result.gpu_seconds)
             self._record_profile(orphan.submission_id, result)
             log.info("submission %s: profile %s (%.1f s on %s), taken up from another worker",

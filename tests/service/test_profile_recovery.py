@@ -64,7 +64,8 @@ def test_one_worker_at_a_time_holds_a_profile_and_a_run_out_lease_frees_it(clien
                         .values(lease_until=utcnow() - dt.timedelta(seconds=1)))
     with db.transaction() as session:
         orphan = recovery.take_orphan(session, "judge-b", unclaimed_after_s=3600)
-    assert orphan == recovery.Orphan(submission_id=sub_id, task_id="kl_div", source=CORRECT)
+    assert orphan is not None and (orphan.submission_id, orphan.task_id, orphan.source) == (sub_id, "kl_div", CORRECT)
+    assert orphan.verdict is not None and orphan.verdict.diagnosis == "stored by a worker that then stopped"
     assert (_row(db, sub_id).worker_id, _row(db, sub_id).attempts) == ("judge-b", 2)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sandbox.pipeline import PreparedCandidate, prepare
-from sandbox.profiling.run import _read_log, profile_candidate
+from sandbox.profiling.run import BASE_S, CALLS, TIME_LIMIT_S, _read_log, profile_candidate, time_limit_s
+from sandbox.verdict import Performance, Status, TimingStats, TrialResult, Verdict
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "ncu"
@@ -95,3 +96,26 @@ def test_log_is_read_only_as_a_regular_file_not_through_a_link(tmp_path: Path):
     assert _read_log(build, "fifo.csv") is None  # would block a reader forever
     assert _read_log(build, "missing.csv") is None
     assert _read_log(build, "real.csv") == "==PROF== ok\n"
+
+
+def _verdict(*, median_ms: float | None = None, correctness_s: float | None = None, trials: int = 0) -> Verdict:
+    timing = None if median_ms is None else Performance(candidate=TimingStats(
+        median_ms=median_ms, q25_ms=median_ms, q75_ms=median_ms * 1.1, min_ms=median_ms, mean_ms=median_ms, reps=30),
+        min_bytes=1)
+    return Verdict(status=Status.CORRECT if timing else Status.INCORRECT, task="kl_div", device="cuda:0",
+                   source_sha256="0" * 64, diagnosis="", performance=timing,
+                   stages={"correctness": correctness_s} if correctness_s is not None else {},
+                   trials=[TrialResult(trial=i, distribution="official", seed=i, shape=[4, 4], passed=True)
+                           for i in range(trials)])
+
+
+def test_the_profile_s_wall_limit_follows_the_candidate_s_measured_call() -> None:
+    """The device is held while a profile runs: a candidate slow only under the profiler holds it about its own
+    time, not the four minutes a profile with nothing known gets."""
+    fast = time_limit_s(_verdict(median_ms=1.0, correctness_s=2.1, trials=7))
+    assert BASE_S < fast < BASE_S + 25  # a 1 ms kernel: the start, the import and a few seconds of replays
+    slow = time_limit_s(_verdict(median_ms=200.0))
+    assert fast < slow <= TIME_LIMIT_S
+    assert time_limit_s(_verdict(correctness_s=1.4, trials=7)) == pytest.approx(BASE_S + 50 * (CALLS + 1) * 0.2)
+    assert time_limit_s(_verdict(median_ms=10_000.0)) == TIME_LIMIT_S  # never more than the cap
+    assert time_limit_s(_verdict()) == TIME_LIMIT_S and time_limit_s(None) == TIME_LIMIT_S  # nothing measured
