@@ -163,6 +163,66 @@ def test_a_worker_stuck_executing_is_seen_and_its_job_is_judged_elsewhere(db, db
                 t.join(60)
 
 
+class _WatchedLock:
+    """A lock that says when someone had to wait for it."""
+
+    def __init__(self) -> None:
+        self.lock, self.contended = threading.Lock(), threading.Event()
+
+    def __enter__(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.contended.set()
+            self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+@pytest.mark.timeout(600)
+def test_a_stall_found_while_the_worker_claims_does_not_hand_it_back_its_own_job(db, db_url, judge_dirs):
+    """The race CI once lost: the claim loop reads its capacity (one executor, busy but not yet stalled: room for
+    one more job), the watchdog then finds the stall and releases the job, and the claim that follows takes that
+    very job back onto the worker whose only executor is stuck. Forced here: the capacity, once read, is held
+    back until the watchdog's release has either happened (the race lost) or is waiting for the claim to end."""
+    roots = {"build_root": Path(judge_dirs["JUDGE_BUILD_ROOT"]), "cache_root": Path(judge_dirs["JUDGE_CACHE_ROOT"])}
+    _submit(db)
+    settings = Settings(database_url=db_url, devices="cpu", compile_workers=1, lease_s=30, poll_s=0.05,
+                        run_timeout_s=1.0, stall_margin_s=0.5)
+    judge = BlocksInExecute(replace(judge_config(settings), **roots))
+    worker = Worker(Database(db_url), settings, judge, ["cpu"], worker_id="stuck")
+    worker.claiming = watched = _WatchedLock()
+    released = threading.Event()
+    give_up, capacity = worker.give_up, worker._capacity
+
+    def give_up_then_say_so(claim):  # noqa: ANN001, ANN202
+        give_up(claim)
+        released.set()
+
+    held_back = threading.Event()
+
+    def capacity_held_back() -> int:
+        want = capacity()
+        if judge.entered.is_set() and not held_back.is_set():
+            held_back.set()
+            wait_for(lambda: released.is_set() or watched.contended.is_set(), JUDGE_S,
+                     "the watchdog to release the stalled job or to wait for the claim")
+        return want
+
+    worker.give_up, worker._capacity = give_up_then_say_so, capacity_held_back
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(released.is_set, JUDGE_S, "the stalled job's release")
+        assert held_back.is_set() and watched.contended.is_set(), "the release did not wait for the claim"
+        wait_for(lambda: _job(db).state is JobState.QUEUED, 30, "the job back in the queue")
+        assert _outcomes(db) == [AttemptOutcome.STALLED.value], "the stuck worker claimed its job back"
+        assert worker._capacity() == 0  # its only executor is stuck: it claims nothing more
+    finally:
+        judge.unblock.set()
+        worker.stop()
+        thread.join(60)
+
+
 # --- `kernel-judge serve`'s worker stuck compiling, for good -----------------------------------------------------
 
 @pytest.mark.timeout(600)
