@@ -190,7 +190,8 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
 
     def disguised(filename: Any) -> bool:
         """A file name that would make a frame of the code trusted (`trusted` reads co_filename)."""
-        return type(filename) is str and (filename.startswith(roots) or filename.startswith("<frozen "))
+        # str's own startswith: a subclass's could be the candidate's (such a name is never trusted anyway)
+        return isinstance(filename, str) and str.startswith(filename, roots + ("<frozen ",))
 
     def same_as_file(filename: str, source: Any) -> bool:
         if type(source) is str:
@@ -214,15 +215,17 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
                 note(f"{what} {_DISGUISE_WHY}, from {where(asker())}")
                 raise Refused(f"{what} is refused by the judge")
             return
-        frame = compiler()
-        if event in ("exec", "function.__new__"):
+        if event in ("exec", "function.__new__"):  # the cheap test first: these run all the time
             code = args[0] if args else None
-            if type(code) is types.CodeType and disguised(code.co_filename) and not trusted(frame, roots):
-                note(f"{event} of code under the file name {code.co_filename!r} of trusted code {_DISGUISE_WHY}, "
-                     f"from {where(frame)}")
-                raise Refused("code under a trusted module's file name is refused by the judge")
+            if type(code) is types.CodeType and disguised(code.co_filename):
+                frame = compiler()
+                if not trusted(frame, roots):
+                    note(f"{event} of code under the file name {code.co_filename!r} of trusted code "
+                         f"{_DISGUISE_WHY}, from {where(frame)}")
+                    raise Refused("code under a trusted module's file name is refused by the judge")
             return
         if event in ("marshal.loads", "marshal.load"):
+            frame = compiler()
             if not trusted(frame, roots):
                 note(f"{event} (code objects from bytes carry any file name) {_DISGUISE_WHY}, from {where(frame)}")
                 raise Refused(f"{event} is refused by the judge")
@@ -236,6 +239,7 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
         filename = args[1]
         if not disguised(filename):
             return
+        frame = compiler()
         if not trusted(frame, roots):
             note(f"{event} under the file name {filename!r} of trusted code {_DISGUISE_WHY}, from {where(frame)}")
             raise Refused("code under a trusted module's file name is refused by the judge")
