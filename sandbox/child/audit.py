@@ -21,6 +21,13 @@ answer inside the process:
   `inspect.stack`, `traceback.walk_stack`, ...). It is trusted when its code is a module of the standard
   library, of site-packages or of the judge, named in `sys.modules` with that very module dict as its
   globals (torch, logging and warnings take frames of their own all the time).
+- Code under a trusted module's file name would pass as that module's (`trusted` reads `co_filename`, which
+  whoever makes the code chooses): compiled into a library module's namespace (`exec(compile(text, os.__file__,
+  "exec"), vars(os))`), a code object copied with that name (`code.replace(co_filename=...)`), read from bytes
+  (`marshal.loads`), or a compiled `.pyc` written and imported. The hook refuses each where the candidate asks
+  (codeop, py_compile, compileall, code and importlib's `source_to_code` are looked through to their caller), a
+  `.pyc` opened outside `__pycache__` and the library's directories, a zip archive's compiled module under such a
+  name, and an import whose compiled text is not the file it names.
 - The harness reads the record through a private event (`findings`), with a fresh token the hook echoes:
   a hook that no longer answers is itself a finding. Nothing in Python holds the hook or its closure; the
   garbage collector would find them, and walking it is recorded first.
@@ -34,15 +41,10 @@ answer inside the process:
 
 What it cannot do: code that is native (a C++ extension) can reach anything in the process, remove the hook
 from the interpreter's list, or forge the child's replies; trusted library code that hands a caller a frame's
-contents (torch.jit's resolution callbacks built from a caller's frame) passes as trusted.
-- Code under a trusted module's file name would pass as that module's (`trusted` reads `co_filename`): compiled
-  into a library module's namespace (`exec(compile(text, os.__file__, "exec"), vars(os))`), a code object copied
-  with that name (`code.replace(co_filename=...)`), read from bytes (`marshal.loads`), or a compiled `.pyc` written
-  and imported. The hook refuses each where the candidate asks (the standard library's compile-for-the-caller
-  helpers, codeop, py_compile, importlib's `source_to_code`, are looked through), a `.pyc` opened outside
-  `__pycache__` and the library's directories, a zip archive's compiled module under such a name, and an import
-  whose compiled text is not the file it names. The parent's bounds on time (its own
-clock, the sandbox's CPU time, speed-of-light) are the backstop. docs/threat-model.md, "Reaching the harness".
+contents (torch.jit's resolution callbacks built from a caller's frame) passes as trusted, and so would a
+third-party library that compiles text its caller chooses under a library file name its caller chooses. The
+parent's bounds on time (its own clock, the sandbox's CPU time, speed-of-light) are the backstop.
+docs/threat-model.md, "Reaching the harness".
 """
 
 from __future__ import annotations
