@@ -223,11 +223,11 @@ def _import_findings(tree: ast.Module, imports: list[tuple[str, ast.AST]]) -> li
         if not top or top in seen or top in JUDGE_PACKAGES:
             continue
         language = KERNEL_LANGUAGES.get(top)
+        if language is None and (id(node) in guarded or id(node) not in top_level):
+            continue  # a plain package counts only unguarded at the top: no need to look it up
         installed = importable(top)
         foreign = language is not None and top not in judged and installed
-        if id(node) in guarded and not foreign:
-            continue
-        if not foreign and ((language is None and id(node) not in top_level) or installed):
+        if not foreign and (installed or id(node) in guarded):
             continue
         seen.add(top)
         line = getattr(node, "lineno", None)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import or_, select, update
 from pydantic import ValidationError
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from sandbox.profiling.report import Profile
@@ -80,7 +80,7 @@ def take_orphan(session: Session, worker_id: str, *, unclaimed_after_s: float, l
     now = utcnow()
     rows = session.execute(
         select(ProfileRow.submission_id, ProfileRow.attempts, VerdictRow.status, Submission.task_id,
-               Submission.source, VerdictRow.verdict)
+               Submission.source)
         .join(VerdictRow, VerdictRow.submission_id == ProfileRow.submission_id)
         .join(Submission, Submission.id == ProfileRow.submission_id)
         .where(ProfileRow.status == PENDING,
@@ -88,7 +88,7 @@ def take_orphan(session: Session, worker_id: str, *, unclaimed_after_s: float, l
                    (ProfileRow.lease_until.is_(None))
                    & (VerdictRow.created_at < now - dt.timedelta(seconds=unclaimed_after_s))))
         .order_by(ProfileRow.id).limit(look_at)).all()
-    for submission_id, attempts, status, task_id, source, stored in rows:
+    for submission_id, attempts, status, task_id, source in rows:
         if status not in PROFILED:
             record(session, submission_id, not_run(status), worker_id)
         elif attempts >= ATTEMPTS:
@@ -96,6 +96,7 @@ def take_orphan(session: Session, worker_id: str, *, unclaimed_after_s: float, l
                 status="unavailable", reason=f"not profiled: profiling was started {attempts} times and never "
                 "finished (its worker stopped each time); submit again with profile to try anew"), worker_id)
         elif take(session, submission_id, worker_id, lease_s=lease_s):
+            stored = session.scalar(select(VerdictRow.verdict).where(VerdictRow.submission_id == submission_id))
             return Orphan(submission_id=submission_id, task_id=task_id, source=source, verdict=_verdict(stored))
     return None
 
