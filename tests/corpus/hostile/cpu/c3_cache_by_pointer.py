@@ -1,11 +1,13 @@
 r"""Class 3: an honest C++ kernel behind a cache keyed by the inputs' data pointers.
 
-Every trial has fresh buffers, so trials pass; the timed calls reuse buffers, which the judge refills
-with other data before each call, so the cached answers are wrong there.
+Every trial has fresh buffers, so trials usually pass; the timed calls reuse buffers, which the judge refills
+with other data before each call, so the cached answers are wrong there. A trial's fresh buffer can land at the
+address of an earlier trial's freed one (the allocator reuses it), and then the cache answers that trial wrongly:
+caught one stage sooner, the same verdict.
 
 expect: incorrect
 task: cross_entropy
-diagnosis: timed call \d+ returned a wrong result
+diagnosis: timed call \d+ returned a wrong result|\d+ of \d+ trials failed
 """
 import torch
 import torch.nn as nn
