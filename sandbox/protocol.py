@@ -316,11 +316,6 @@ class LoadReply(Reply):
     extensions: Names
 
 
-class OutputMeta(Message):
-    dtype: str
-    shape: Shape
-
-
 class TrialReply(Reply):
     op: Literal["trial"]
     dtype: str

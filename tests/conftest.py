@@ -34,11 +34,25 @@ PROCESS_FIXTURES = frozenset({"spawn", "live_api"})
 """Fixtures that start real API and worker processes: tests using them run on ONE of the two databases (below)."""
 
 
+LONGEST_FILES = ("sandbox/test_corpus.py", "sandbox/test_accelerators_differential.py", "service/test_burst.py",
+                 "service/test_drills.py", "sandbox/test_compile_errors.py", "sandbox/test_build_accel.py",
+                 "sandbox/test_warm_children.py")
+"""The test files that take longest (2-15 minutes each on a 2-core machine), run first: CI spreads whole files
+over two processes (`-n 2 --dist loadfile`, README.md), and a long file handed out last would run alone at the
+end while the other process sits idle."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
     _one_database_per_process_test(config, items)
+    items.sort(key=_longest_first)  # stable: each file keeps its own order
+
+
+def _longest_first(item: pytest.Item) -> int:
+    path = Path(str(item.path)).as_posix()
+    return next((i for i, name in enumerate(LONGEST_FILES) if path.endswith("/tests/" + name)), len(LONGEST_FILES))
 
 
 def _one_database_per_process_test(config: pytest.Config, items: list[pytest.Item]) -> None:

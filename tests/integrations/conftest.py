@@ -1,19 +1,20 @@
 """Fixtures of the trainer-adapter tests: real judge services the adapters talk to over HTTP.
 
-`judge`: one API process and one worker for the whole run, shared by every adapter's tests (SQLite: the
-adapters are HTTP clients, and both databases are covered by the service's own reward tests), judging on the
-CPU at the tasks' CPU size with the real sandbox and the run's shared build cache. Tests that count what they
-created (batches, submissions) count what is new since they started, so sharing it changes no assertion.
-`idle_judge` (also one for the run): an API process with no worker, so a reward call can only come back at
+`judge`: one API process and one worker, started on first use and kept for the folder's tests, shared by every
+adapter's tests (SQLite: the adapters are HTTP clients, and both databases are covered by the service's own
+reward tests), judging on the CPU at the tasks' CPU size with the real sandbox and the run's shared build cache.
+Tests that count what they created (batches, submissions) count what is new since they started, so sharing it
+changes no assertion.
+`idle_judge` (kept the same way): an API process with no worker, so a reward call can only come back at
 its deadline. `dead_judge`: an API process whose database does not answer, so every reward call gets a 503
-with Retry-After. All are real subprocesses, killed at the end.
+with Retry-After. All are real subprocesses, killed when the folder's tests are done.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,46 +79,67 @@ def _database(path: Path) -> tuple[str, str]:
     return url, key
 
 
-_RUNNING: list[Proc] = []
-"""The session-scoped judges' processes. They are stopped after this folder's last test
+_STARTED: dict[str, Judge] = {}
+"""The run-long judges, by name, started on first use. They are stopped after each stretch of this folder's tests
 (`pytest_runtest_teardown`), so that the worker's polling and its spare's restarts do not run beside the rest of
-the suite: ~7% of a core for its whole length, on a 2-core machine that times CPU kernels."""
+the suite (~7% of a core for its whole length, on a 2-core machine that times CPU kernels); a test of this folder
+that comes later (another file's turn under pytest-xdist, or `-k`) starts them again."""
+
+
+def _stop_judges() -> None:
+    for started in _STARTED.values():
+        for proc in started.procs:
+            proc.close()
+    _STARTED.clear()
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if _RUNNING and (nextitem is None or Path(str(nextitem.path)).parent != Path(__file__).parent):
-        for proc in _RUNNING:
-            proc.close()
-        _RUNNING.clear()
+    if _STARTED and (nextitem is None or Path(str(nextitem.path)).parent != Path(__file__).parent):
+        _stop_judges()
 
 
-@pytest.fixture(scope="session")
-def judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
-    tmp = tmp_path_factory.mktemp("judge")
-    url, key = _database(tmp / "judge.db")
-    api, base = _api(url, judge_root, tmp)
-    worker = Proc([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], _env(url, judge_root),
-                  tmp / "worker.log")
-    _RUNNING.extend((worker, api))
-    try:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_judges()
+
+
+def _running(name: str, start: Callable[[], Judge]) -> Judge:
+    started = _STARTED.get(name)
+    if started is None or any(proc.popen.poll() is not None for proc in started.procs):
+        if started is not None:
+            for proc in started.procs:
+                proc.close()
+        started = _STARTED[name] = start()
+    return started
+
+
+@pytest.fixture
+def judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Judge:
+    def start() -> Judge:
+        tmp = tmp_path_factory.mktemp("judge")
+        url, key = _database(tmp / "judge.db")
+        api, base = _api(url, judge_root, tmp)
+        worker = Proc([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], _env(url, judge_root),
+                      tmp / "worker.log")
+        started = Judge(base, key, [api, worker])
+        _STARTED["judge"] = started  # stopped by the hooks above even if the API never answers
         wait_api(api, base)
-        yield Judge(base, key, [api, worker])
-    finally:
-        for proc in (worker, api):
-            proc.close()
+        return started
+
+    return _running("judge", start)
 
 
-@pytest.fixture(scope="session")
-def idle_judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
-    tmp = tmp_path_factory.mktemp("idle")
-    url, key = _database(tmp / "idle.db")
-    api, base = _api(url, judge_root, tmp)
-    _RUNNING.append(api)
-    try:
+@pytest.fixture
+def idle_judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Judge:
+    def start() -> Judge:
+        tmp = tmp_path_factory.mktemp("idle")
+        url, key = _database(tmp / "idle.db")
+        api, base = _api(url, judge_root, tmp)
+        started = Judge(base, key, [api])
+        _STARTED["idle_judge"] = started
         wait_api(api, base)
-        yield Judge(base, key, [api])
-    finally:
-        api.close()
+        return started
+
+    return _running("idle_judge", start)
 
 
 @pytest.fixture
