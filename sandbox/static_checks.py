@@ -34,6 +34,7 @@ KERNEL_LANGUAGES = {
     "warp": "NVIDIA Warp",
     "taichi": "Taichi",
     "tvm": "Apache TVM",
+    "tvm_ffi": "Apache TVM FFI (its cpp.load_inline builds C++ and CUDA)",
     "hidet": "Hidet",
     "helion": "Helion",
     "triton": "Triton",

@@ -18,7 +18,10 @@ answer inside the process:
   (`gc.get_objects`, `get_referrers`, `get_referents`), or replaces a function's code or defaults. Any frame
   reaches the harness's through `f_back`, which raises no event: so the first frame is what counts, not which.
 - Who asked: the first frame above the event that is not a frame-returning helper (`inspect.currentframe`,
-  `inspect.stack`, `traceback.walk_stack`, ...). It is trusted when its code is a module of the standard
+  `inspect.stack`, `traceback.walk_stack`, ...), nor a frame a library made to hand to its caller: a bare
+  `_getframe()` evaluated by trusted library code, as tvm-ffi (TileLang's runtime) makes one per line of a C++
+  backtrace when a call raises. Then that library function is a helper too, and its caller is who asked. It is
+  trusted when its code is a module of the standard
   library, of site-packages or of the judge, named in `sys.modules` with that very module dict as its
   globals (torch, logging and warnings take frames of their own all the time).
 - Code under a trusted module's file name would pass as that module's (`trusted` reads `co_filename`, which
@@ -103,6 +106,9 @@ _HELPERS = (inspect.currentframe, inspect.stack, inspect.trace, inspect.getouter
             traceback.walk_stack, traceback.walk_tb, logging.currentframe, ctypes.CDLL.__getattr__,
             ctypes.CDLL.__getitem__, ctypes.LibraryLoader.__getattr__, ctypes.LibraryLoader.__getitem__)
 """Library functions that take a frame (or a C symbol) to hand it to their caller: the caller is who asked."""
+_FRAME_STUB = compile("_getframe()", "<stub>", "eval")
+"""The code a library evaluates to make a frame for its caller (tvm-ffi's `TracebackManager._create_frame`, with
+`{"_getframe": sys._getframe}` as globals, under a C++ file name and line): what runs is compared, not the name."""
 _COMPILE_HELPER_MODULES = ("codeop", "code", "py_compile", "compileall")
 """Standard-library modules that compile for their caller, under a file name the caller chooses: the caller is who
 asked (with importlib's `source_to_code`, the same for one call)."""
@@ -156,6 +162,7 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
     preloaded = {name: vars(m) for name, m in list(modules.items()) if type(m) is types.ModuleType}
     roots, tracer_roots = _trusted_roots(untrusted), _tracer_roots()
     helpers = frozenset(f.__code__ for f in _HELPERS)
+    stub_code, stub_names = _FRAME_STUB.co_code, _FRAME_STUB.co_names
     compile_helpers = _compile_helpers()
     importer = vars(modules["_frozen_importlib_external"])
     zip_importer = vars(modules["zipimport"]) if "zipimport" in modules else None
@@ -175,11 +182,21 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
     own: set[types.CodeType] = set()  # the hook's own functions, filled in below
 
     def asker() -> Any:
-        """The frame that raised the event: the first above the hook's own functions and the frame helpers."""
+        """The frame that raised the event: the first above the hook's own functions, the frame helpers and a
+        frame a library made for its caller (then past that library function too)."""
         frame = getframe(1)
         while frame is not None and (frame.f_code in own or frame.f_code in helpers):
             frame = frame.f_back
+        if frame is not None and made_for_caller(frame):
+            frame = frame.f_back.f_back
         return frame
+
+    def made_for_caller(frame: Any) -> bool:
+        """A bare `_getframe()` evaluated by trusted library code: a frame that function makes to hand on.
+        Evaluated by anything else, or running other code, it is who asked (its globals name no module)."""
+        code, maker = frame.f_code, frame.f_back
+        return (code.co_code == stub_code and code.co_names == stub_names and maker is not None
+                and trusted(maker, roots))
 
     def compiler() -> Any:
         """Who asked for a code object: `asker`, past the standard library's compile-for-the-caller helpers."""
@@ -366,7 +383,7 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
         finally:
             busy.discard(ident)
 
-    own.update(f.__code__ for f in (asker, compiler, code_event, handle, hook))
+    own.update(f.__code__ for f in (asker, made_for_caller, compiler, code_event, handle, hook))
     sys.addaudithook(hook)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -172,6 +173,43 @@ def test_honest_uses_of_compile_and_imports_are_not_findings(tmp_path: Path) -> 
         return "ran"
     """)
     assert seen["result"] == "ran" and seen["findings"] == [], seen
+
+
+RAISES_IN_CPP = 'tvm_ffi.get_global_func("testing.test_raise_error")("ValueError", "from C++")'
+"""A tvm-ffi function (TileLang's runtime) that raises in C++: tvm-ffi makes a Python frame for each line of the C++
+backtrace by evaluating a bare `_getframe()` under that line's file name (`tvm_ffi.error.TracebackManager`)."""
+
+
+def test_frames_a_library_makes_for_a_cpp_backtrace_are_not_findings(tmp_path: Path) -> None:
+    """An honest candidate's TileLang kernel that raises: the frames tvm-ffi makes for the exception's traceback
+    are its own (they were `sys._getframe ... from testing.cc`, and the candidate tamper_detected)."""
+    seen = probe(tmp_path, f"""
+        import tvm_ffi
+        try:
+            {RAISES_IN_CPP}
+        except ValueError as exc:
+            lines = traceback.format_exception(exc)
+            return "raised, traceback through " + ("testing.cc" if "testing.cc" in "".join(lines) else "?")
+    """)
+    assert seen["result"] == "raised, traceback through testing.cc", seen
+    assert seen["findings"] == [], seen
+
+
+@pytest.mark.parametrize("making", [
+    # the library's frame maker called by the candidate: its caller is who asked
+    'tvm_ffi.error._TRACEBACK_MANAGER._create_frame("testing.cc", 1, "f")',
+    # the same stub evaluated by the candidate itself, under the same file name
+    'eval(compile("_getframe()", "testing.cc", "eval"), {"_getframe": sys._getframe})',
+    # the library's maker fed the candidate's code (an instance attribute: no audit event), then an honest raise
+    "setattr(tvm_ffi.error._TRACEBACK_MANAGER, '_get_cached_code_object',\n"
+    "        lambda *key: compile('_getframe().f_back', 'testing.cc', 'eval'))\n"
+    f"try:\n    {RAISES_IN_CPP}\nexcept ValueError:\n    pass",
+], ids=["maker called", "stub evaluated", "maker fed other code"])
+def test_a_frame_made_by_or_through_a_library_for_the_candidate_is_recorded(tmp_path: Path, making: str) -> None:
+    seen = probe(tmp_path, "import tvm_ffi\n" + making + "\nreturn 'took it'")
+    assert seen["result"] == "took it", seen
+    assert len(seen["findings"]) == 1, seen
+    assert re.fullmatch(r"sys\._getframe .* from (candidate\.py:\d+|testing\.cc:1)", seen["findings"][0]), seen
 
 
 def test_other_audit_hooks_tracers_and_the_c_api_are_refused(tmp_path: Path) -> None:

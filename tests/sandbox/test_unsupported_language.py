@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,21 @@ def test_a_languages_companion_is_judged_with_it_and_refused_without_it(tmp_path
     assert [f.rule for f in findings(body)] == ["unsupported_language"]
     _install(tmp_path, "cutlass")
     assert findings("import cutlass.cute as cute\n" + body) == []
+
+
+def test_tilelangs_runtime_installed_alone_is_refused_and_judged_with_tilelang(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real tvm-ffi, installed for the tests without TileLang: its `cpp.load_inline` would build C++ and CUDA
+    in the execution child, so alone it is a kernel language the judge does not judge; beside TileLang, whose
+    kernels it runs, it is judged with it."""
+    assert importlib.util.find_spec("tvm_ffi") is not None, "installed by the [test] extra"
+    body = "import tvm_ffi.cpp\n"
+    found = findings(body)
+    assert [f.rule for f in found] == ["unsupported_language"], found
+    assert "Apache TVM FFI" in found[0].message and "it is installed here" in found[0].message
+    _install(tmp_path, "tilelang")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert findings("import tilelang\n" + body) == []
 
 
 def test_a_missing_package_counts_at_the_top_of_the_module_only() -> None:
