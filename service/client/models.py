@@ -101,6 +101,8 @@ class Submission(_View):
     position: int | None = None
     created_at: dt.datetime | None = None
     verdict: Verdict | None = None
+    text_sha256: str | None = None
+    """sha256 of the text as sent (UTF-8): what a caller matches against its own samples."""
     public: bool = False
     """The submitter made the source public."""
     source_public: bool = False

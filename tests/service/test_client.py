@@ -4,6 +4,7 @@ async twin; and the CLI with no server at all (exit code 3, one clear line, no t
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import subprocess
 import sys
 
@@ -38,9 +39,11 @@ def test_typed_answers_and_error_tree(client, db):
         assert tasks["kl_div"].kernelbench_id == "L1-98"
         assert "ModelNew" in judge.prompt("kl_div")
         assert "@cute.kernel" in judge.prompt("kl_div", "cute") and "load_inline" not in judge.prompt("kl_div", "cute")
-        accepted = judge.submit("kl_div", "import torch\nclass ModelNew(torch.nn.Module): pass\n", model="m")
+        text = "import torch\nclass ModelNew(torch.nn.Module): pass\n"
+        accepted = judge.submit("kl_div", text, model="m")
         view = judge.submission(accepted.id)
         assert view.task == "kl_div" and view.model == "m" and view.status == "queued" and view.verdict is None
+        assert view.text_sha256 == hashlib.sha256(text.encode()).hexdigest()
         with pytest.raises(NotFound) as missing:
             judge.submission("nope")
         assert missing.value.status_code == 404 and "nope" in missing.value.message
