@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,44 +102,34 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _stop_judges()
 
 
-def _running(name: str, start: Callable[[], Judge]) -> Judge:
+def _running(name: str, root: Path, factory: pytest.TempPathFactory, *, worker: bool) -> Judge:
+    """The judge `name`, started now if it is not running (never started, stopped, or one of its processes
+    died): an API on a fresh SQLite database, and a worker if asked."""
     started = _STARTED.get(name)
-    if started is None or any(proc.popen.poll() is not None for proc in started.procs):
-        if started is not None:
-            for proc in started.procs:
-                proc.close()
-        started = _STARTED[name] = start()
+    if started is not None and all(proc.popen.poll() is None for proc in started.procs):
+        return started
+    for proc in started.procs if started is not None else ():
+        proc.close()
+    tmp = factory.mktemp(name)
+    url, key = _database(tmp / "judge.db")
+    api, base = _api(url, root, tmp)
+    procs = [api]
+    if worker:
+        procs.append(Proc([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], _env(url, root),
+                          tmp / "worker.log"))
+    started = _STARTED[name] = Judge(base, key, procs)  # stopped by the hooks above even if the API never answers
+    wait_api(api, base)
     return started
 
 
 @pytest.fixture
 def judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Judge:
-    def start() -> Judge:
-        tmp = tmp_path_factory.mktemp("judge")
-        url, key = _database(tmp / "judge.db")
-        api, base = _api(url, judge_root, tmp)
-        worker = Proc([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], _env(url, judge_root),
-                      tmp / "worker.log")
-        started = Judge(base, key, [api, worker])
-        _STARTED["judge"] = started  # stopped by the hooks above even if the API never answers
-        wait_api(api, base)
-        return started
-
-    return _running("judge", start)
+    return _running("judge", judge_root, tmp_path_factory, worker=True)
 
 
 @pytest.fixture
 def idle_judge(judge_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Judge:
-    def start() -> Judge:
-        tmp = tmp_path_factory.mktemp("idle")
-        url, key = _database(tmp / "idle.db")
-        api, base = _api(url, judge_root, tmp)
-        started = Judge(base, key, [api])
-        _STARTED["idle_judge"] = started
-        wait_api(api, base)
-        return started
-
-    return _running("idle_judge", start)
+    return _running("idle", judge_root, tmp_path_factory, worker=False)
 
 
 @pytest.fixture
