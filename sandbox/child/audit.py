@@ -21,9 +21,9 @@ answer inside the process:
   `inspect.stack`, `traceback.walk_stack`, ...), nor a frame a library made to hand to its caller: a bare
   `_getframe()` evaluated by trusted library code, as tvm-ffi (TileLang's runtime) makes one per line of a C++
   backtrace when a call raises. Then that library function is a helper too, and its caller is who asked. It is
-  trusted when its code is a module of the standard
-  library, of site-packages or of the judge, named in `sys.modules` with that very module dict as its
-  globals (torch, logging and warnings take frames of their own all the time).
+  trusted when its code is a module of the standard library, of site-packages or of the judge, named in
+  `sys.modules` with that very module dict as its globals (torch, logging and warnings take frames of their own
+  all the time).
 - Code under a trusted module's file name would pass as that module's (`trusted` reads `co_filename`, which
   whoever makes the code chooses): compiled into a library module's namespace (`exec(compile(text, os.__file__,
   "exec"), vars(os))`), a code object copied with that name (`code.replace(co_filename=...)`), read from bytes
