@@ -48,6 +48,13 @@ class Judge:
     key: str
     procs: list[Proc]
 
+    def running(self) -> bool:
+        return all(proc.popen.poll() is None for proc in self.procs)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.close()
+
 
 def _env(db_url: str, root: Path, **overrides: str) -> dict[str, str]:
     # These tests prove that verdicts travel through the adapters, not how well kernels are timed (tests/sandbox
@@ -88,8 +95,7 @@ that comes later (another file's turn under pytest-xdist, or `-k`) starts them a
 
 def _stop_judges() -> None:
     for started in _STARTED.values():
-        for proc in started.procs:
-            proc.close()
+        started.close()
     _STARTED.clear()
 
 
@@ -106,10 +112,10 @@ def _running(name: str, root: Path, factory: pytest.TempPathFactory, *, worker: 
     """The judge `name`, started now if it is not running (never started, stopped, or one of its processes
     died): an API on a fresh SQLite database, and a worker if asked."""
     started = _STARTED.get(name)
-    if started is not None and all(proc.popen.poll() is None for proc in started.procs):
-        return started
-    for proc in started.procs if started is not None else ():
-        proc.close()
+    if started is not None:
+        if started.running():
+            return started
+        started.close()
     tmp = factory.mktemp(name)
     url, key = _database(tmp / "judge.db")
     api, base = _api(url, root, tmp)
