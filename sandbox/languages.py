@@ -27,9 +27,13 @@ sm_90a on the H100/H200 hosts), since the build child has no device to ask.
   first call: 11.6 s compiling, 0.33 s from the cache). A candidate naming its own target (`target="cuda"`)
   compiles for sm_50 in the build child ("Unable to detect CUDA version") and again, for the card, in the
   execution child.
-- CuTe DSL compiles through MLIR in-process (0.5-1.0 s per kernel on the CPU machine, no GPU needed; the shapes
-  are part of the compiled kernel). `cute.compile` keeps the result in the calling process only, so a compile in
-  the build child would be lost: it compiles in the execution child, on the first call of each shape.
+- CuTe DSL compiles through MLIR in-process (0.15-0.25 s per kernel on the CPU machine, no GPU needed; the shapes
+  are part of the compiled kernel), in the execution child, on the first call of each shape: a compile in the
+  build child would not be found there. Its disk cache (`CUTE_DSL_CACHE_DIR`, a folder of the build directory;
+  base_dsl/cache_helpers.py) serves only direct calls of a `@cute.jit` function: `cute.compile`, what candidates
+  call, passes `no_cache=True` and neither reads nor writes it. Even a direct call's key is a hash of the traced IR
+  (a hit still runs the Python tracing), and that IR holds each tensor's memory space, `generic` for a host
+  tensor and `gmem` for a device one: the build child's host tensors would compile a kernel no launch asks for.
 - Triton compiles on its first launch into `TRITON_CACHE_DIR`, also in the build directory.
 
 A compile left to the execution child runs on the candidate's first call of a shape, a correctness trial:
@@ -91,8 +95,9 @@ JIT_SHAPES_ENV = "JUDGE_JIT_SHAPES"
 language compiles for in the build stage (sandbox/child/harness.py `precompile_jit`)."""
 PRECOMPILED = ("tilelang",)
 """The languages whose build-stage compile the execution child finds again: TileLang's cache is on disk in the
-build directory. CuTe DSL's `cute.compile` keeps its result in the process that called it, so compiling it in
-the build child would be lost there."""
+build directory. CuTe DSL's `cute.compile` keeps its result in the process that called it (its disk cache serves
+only direct calls of `@cute.jit` functions, and by a key that host tensors do not match), so compiling it in the
+build child would be lost there."""
 IDS = tuple(BY_ID)
 
 
