@@ -8,6 +8,8 @@ The device kernel names below are the ones the pinned versions produced for thes
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,51 @@ def test_a_tilelang_candidate_compiles_every_judged_shape_in_the_build_stage(
     assert all(f"torch.float32 {(shape[0],)} torch.int64" in call for call, shape in zip(calls, shapes)), calls
     assert all('{"kind": "cuda", "arch": "sm_' in call and call.endswith("False") for call in calls), calls
     assert "[judge] precompiled for" in prepared.compile_log and "no device to launch on" in prepared.compile_log
+
+
+CUTE_TWICE = """import sys
+import cutlass
+import cutlass.cute as cute
+
+
+@cute.jit
+def twice(n: cutlass.Int32):
+    cute.printf("%d", n * 2)
+
+
+if sys.argv[1] == "compile":
+    cute.compile(twice, 3)
+else:
+    twice(3)
+"""
+"""A host-only `@cute.jit` function (no kernel, so no device to launch on): compiled the way candidates do
+(`cute.compile`) or by a direct call, in a process of its own as each child is."""
+
+
+@pytest.mark.skipif(not languages.installed("cutlass"), reason="CuTe DSL (the [languages] extra) is not installed")
+def test_cute_compile_leaves_nothing_on_disk_for_the_execution_child_to_find(tmp_path: Path) -> None:
+    """Why CuTe DSL is not in languages.PRECOMPILED: its disk cache, in the build directory as every child has it,
+    is written and found again by a second process only for a direct call of a `@cute.jit` function; `cute.compile`
+    neither writes nor reads it. A CuTe DSL release whose `cute.compile` leaves a file here fails this test, and
+    the build stage could then compile CuTe candidates as it does TileLang's."""
+    script = tmp_path / "twice.py"
+    script.write_text(CUTE_TWICE)
+    env = {**os.environ, **languages.child_env(str(tmp_path)), **languages.jit_env("9.0a"),
+           "CUTE_DSL_LOG_TO_CONSOLE": "1", "CUTE_DSL_LOG_LEVEL": "20"}  # INFO: the DSL's cache hits and misses
+    cache = Path(env["CUTE_DSL_CACHE_DIR"])
+    assert cache == tmp_path / "cute"
+
+    def run(how: str) -> str:
+        done = subprocess.run([sys.executable, str(script), how], env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stderr
+
+    for _ in range(2):
+        run("compile")
+        assert not list(cache.glob("cute_dsl_*.mlir")), sorted(cache.iterdir())
+    assert "JIT cache hit IN-FILE" not in run("call")
+    written = list(cache.glob("cute_dsl_*.mlir"))
+    assert len(written) == 1, written
+    assert "JIT cache hit IN-FILE" in run("call")
+    assert list(cache.glob("cute_dsl_*.mlir")) == written
