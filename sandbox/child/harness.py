@@ -36,7 +36,6 @@ What remains possible for code in this process is written down in docs/threat-mo
 from __future__ import annotations
 
 import builtins  # noqa: F401 - watched by Integrity (sys.modules lookup)
-import contextlib
 import inspect
 import json  # noqa: F401 - watched by Integrity (sys.modules lookup)
 import os
@@ -47,7 +46,6 @@ import traceback
 import types
 import warnings
 from types import MappingProxyType
-from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -569,9 +567,8 @@ class Child:
         # here and the clock (a patched functools.partial could do a call's work before it is timed).
         batch = _timing.time_batch(self.clock, [(lambda inputs=inputs: model(*inputs)) for inputs in sets],
                                    cpu_flushed=True, keep=keeper, marks=self.marks(model))
-        with self.span("go_reply"):
-            self._after_window(batch, keeper)
-            return self._batch_reply(batch, sets)
+        self._after_window(batch, keeper)
+        return self._batch_reply(batch, sets)
 
     def marks(self, model: object) -> _recorder.Recorder | None:
         """The trace's marks for a batch of the candidate's calls (none for the empty calls of calibration)."""
@@ -581,18 +578,6 @@ class Child:
         """Whether the trace is recording device work to mark: on the CPU it records (its segments are read back)
         without marks, which would only add host time between the calls the parent's clock surrounds."""
         return self.tracing and self.recorder.cuda
-
-    @contextlib.contextmanager
-    def span(self, what: str) -> Iterator[None]:
-        """The harness's own device work, annotated `judge/harness/<what>` while the trace records it."""
-        if not self._marking():
-            yield
-            return
-        handle = self.recorder.span(what)
-        try:
-            yield
-        finally:
-            self.recorder.end(handle)
 
     def trace_end(self, cmd: _protocol.TraceEnd) -> _protocol.TraceEndReply:
         """Stop the trace and export its last segment: the parent reads the files (sandbox/execution/tracing.py)."""
@@ -645,10 +630,6 @@ class Child:
         return _protocol.CalibrateReply.success(host_overhead_ms=self.clock.calibrate(cmd.reps))
 
 
-_UNSPANNED = frozenset({"go", "trial", "load", "trace_end"})
-"""Commands `serve` does not annotate as the harness's (`Child.span`)."""
-
-
 def serve(child: Child, cmd_fd: int) -> None:
     handlers = {"calibrate": child.calibrate, "load": child.load, "trial": child.trial, "estimate": child.estimate,
                 "arm": child.arm, "go": child.go, "inspect": child.inspect, "trace_end": child.trace_end}
@@ -661,11 +642,7 @@ def serve(child: Child, cmd_fd: int) -> None:
         if op == "exit":
             return
         try:
-            # `go` annotates its own parts: one span around the whole batch would hold its timed calls, and with
-            # them any work running beside them. A trial pauses the trace for its own profile, and a span must
-            # not outlive the profiler run it was opened in (its end would run against another's state).
-            with contextlib.nullcontext() if op in _UNSPANNED else child.span(op):
-                result = handlers[op](cmd)
+            result = handlers[op](cmd)
         except OutputRejected as exc:
             child.reply(_protocol.Reply.unvalidated(op=op, ok=True, rejected_output=str(exc)))
             continue

@@ -1,31 +1,32 @@
 """The kernel trace recorder inside the execution child (issue 28): torch's profiler (kineto, CUPTI underneath) over
-the candidate's whole life in the child, with the annotations and canaries the judge's rules read.
+the candidate's whole life in the child, recording device activity alone, with the canaries the judge's rules read.
 
 Untrusted process, same THREAT MODEL as sandbox/child/harness.py. The recorder is the judge's, started before the
 candidate is imported, but it runs in the process it observes: a candidate's native code can stop it, unsubscribe
 CUPTI, or write the exported file itself. The judge never trusts the record, it only checks that it was not cut:
 
 - canaries: at the start and end of every timed call (outside its timing events), a device-to-device copy of a
-  number of bytes drawn from a key the parent made for this candidate alone (`sandbox.profiling.trace.canary_bytes`),
-  each inside a `judge/harness/canary` annotation. The parent knows how many calls ran, so it knows the exact
-  sequence the trace must hold; one missing, out of order or duplicated, or a trace absent or truncated, is
-  tampering (sandbox/execution/tracing.py). `copy_` of contiguous bytes is one cudaMemcpyAsync, which kineto
-  records with its byte count (a `zero_` is a fill kernel, which carries none);
-- annotations (`record_function`): `judge/timed/<k>` around call k's work (inside its start and end events' host
-  side, so the kernels it launches are correlated to it), `judge/harness/<what>` around the harness's own device
-  work during the timing phase (flushes, the kept copies, arm, inspect, ...), so the rules can tell the candidate's
-  work from the judge's and see work that ran outside both;
+  number of bytes drawn from a key the parent made for this candidate alone (`sandbox.profiling.trace.canary_bytes`).
+  The parent knows how many calls ran, so it knows the exact sequence the trace must hold; one missing or out of
+  order, or a trace absent or truncated, is tampering (sandbox/execution/tracing.py). `copy_` of contiguous bytes
+  is one cudaMemcpyAsync, which kineto records with its byte count (a `zero_` is a fill kernel, which carries none).
+  The canaries are also the only marks: each call's window on the device runs from its first canary to its second,
+  and the gaps between calls must hold the harness's flush alone;
+- device activity only (`ProfilerActivity.CUDA`): no operator callbacks and no annotations. Recording the host side
+  too cost a short call ~0.25 ms of host time on an H100, rising with the child's age, which starved the device
+  inside the timing events (+94% on 0.19 ms calls); device activity alone costs the host ~0.05 ms a call
+  (docs/results/trace-overhead-h100-2026-11-26.md);
 - a probe before the candidate exists (`probe`): one canary recorded and read back through the same parser the
-  parent uses. A host where kineto gives no device activity, or no annotations (no CUPTI, another torch), says
-  "unavailable" with the reason, and the parent applies no rule: the trace never turns a host's limits into a
-  candidate's verdict.
+  parent uses. A host where kineto gives no device activity (no CUPTI, another torch) says "unavailable" with the
+  reason, and the parent applies no rule: the trace never turns a host's limits into a candidate's verdict.
 
 torch's profiler allows one session at a time, and a correctness trial runs its own (`Child._profiled`: the
 evidence of custom kernels), so the life trace is a sequence of segments: paused around each trial, each segment
 exported to its own file in the working directory (the child's /build, which the parent reads with no link
 followed and a size cap). The timing phase, which the rules judge, has no trial in it: one segment holds it.
-On the CPU there is no device activity: the recorder still runs when asked (its segments, pauses and files are
-what the CPU tests drive), without canaries or annotations, and the parent reports the trace as unavailable.
+On the CPU there is no device activity: the recorder still runs when asked, recording the host's operators (its
+segments, pauses and files are what the CPU tests drive), without canaries, and the parent reports the trace as
+unavailable.
 """
 
 from __future__ import annotations
@@ -40,27 +41,23 @@ from sandbox.profiling import trace as _trace
 
 _profile = torch.profiler.profile
 _Activity = torch.profiler.ProfilerActivity
-_enter = torch.ops.profiler._record_function_enter_new
-_exit = torch.ops.profiler._record_function_exit._RecordFunction
 SEGMENT = "judge-trace-{}.json"
 """Segment files in the child's working directory, numbered from 0 (the parent accepts these names alone)."""
-CANARY = _trace.CANARY
 
 
 class Recorder:
     """The life trace of one candidate: `start` before the import, `pause`/`resume` around a trial's own profile,
-    `finish` after the timing; between them the timing's marks (`span`, `timed`, `end`, `canary`)."""
+    `finish` after the timing; between them the timing's marks (`canary`, two per timed call)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.cuda = device.type == "cuda"
-        self.activities = [_Activity.CPU] + ([_Activity.CUDA] if self.cuda else [])
+        self.activities = [_Activity.CUDA] if self.cuda else [_Activity.CPU]
         size = _trace.MAX_CANARY_BYTES + 1
         self._source = torch.zeros(size, dtype=torch.uint8, device=device)
         self._target = torch.zeros(size, dtype=torch.uint8, device=device)
         self._key = b""
         self._canaries = 0
-        self._calls = 0
         self._prof: Any = None
         self._dir = os.getcwd()
         """The child's working directory, read before the candidate exists (a candidate's chdir moves nothing)."""
@@ -80,20 +77,16 @@ class Recorder:
                 n = 4099
                 prof = _profile(activities=self.activities)
                 prof.start()
-                handle = _enter(CANARY, None)
                 self._target[:n].copy_(self._source[:n])
-                _exit(handle)
                 torch.cuda.synchronize(self.device)
                 prof.stop()
                 prof.export_chrome_trace(path)
                 with open(path, encoding="utf-8") as fh:
-                    records, windows = _trace.parse_chrome_trace(fh.read())
+                    records, _ = _trace.parse_chrome_trace(fh.read())
         except Exception as exc:  # noqa: BLE001 - a profiler that fails here is a host's limit, reported as such
             return f"unavailable: the profiler failed before the candidate existed ({type(exc).__name__}: {exc})"[:300]
         if not any(r.kind == "memcpy" and r.bytes == n for r in records):
             return "unavailable: the profiler recorded no device copy (no CUPTI activity on this host)"
-        if not any(w.label == CANARY and any(w.holds(r) for r in records if r.bytes == n) for w in windows):
-            return "unavailable: the profiler recorded no device-side annotation around the probe's copy"
         return "available"
 
     def start(self, key: bytes) -> None:
@@ -131,35 +124,18 @@ class Recorder:
     def finish(self) -> dict[str, Any]:
         """Stop recording; what the parent needs to find and check the record."""
         self.pause()
-        return {"files": list(self.files), "calls": self._calls, "canaries": self._canaries,
+        return {"files": list(self.files), "calls": self._canaries // 2, "canaries": self._canaries,
                 "recorder_error": self.error}
 
     # --- marks, called by the timing (sandbox/execution/timing.py `Marks`) -------------------------------
 
-    def span(self, what: str) -> Any:
-        """Enter `judge/harness/<what>`; `end` leaves it."""
-        return _enter(_trace.HARNESS + what, None)
-
-    def timed(self) -> Any:
-        """Enter the next timed call's `judge/timed/<k>`."""
-        handle = _enter(f"{_trace.TIMED}{self._calls}", None)
-        self._calls += 1
-        return handle
-
-    def end(self, handle: Any) -> None:
-        _exit(handle)
-
     def exercise(self) -> None:
-        """What a canary and a span run, once, uncounted: the harness probe records their operators, so a kernel a
-        candidate registers for one of them is seen (sandbox/child/harness.py `harness_operators`)."""
-        handle = self.span("probe")
+        """What a canary runs, once, uncounted: the harness probe records its operators, so a kernel a candidate
+        registers for one of them is seen (sandbox/child/harness.py `harness_operators`)."""
         self._target[:1].copy_(self._source[:1])
-        self.end(handle)
 
     def canary(self) -> None:
-        """The next canary: a copy of the key's next size, in its own annotation."""
+        """The next canary: a copy of the key's next size."""
         n = _trace.canary_bytes(self._key, self._canaries)
         self._canaries += 1
-        handle = _enter(CANARY, None)
         self._target[:n].copy_(self._source[:n])
-        _exit(handle)

@@ -242,8 +242,7 @@ class TrainingChild(_child.Child):
             calls = [(lambda inputs=inputs, scale=scale: self._step(model, inputs, scale))
                      for inputs, scale in zip(sets, self.scales)]
         batch = _timing.time_batch(self.clock, calls, cpu_flushed=True, keep=keeper, marks=self.marks(model))
-        with self.span("go_reply"):
-            return self._after_steps(batch, keeper, sets)
+        return self._after_steps(batch, keeper, sets)
 
     def _after_steps(self, batch: _timing.BatchTime, keeper: Any,
                      sets: list[list[torch.Tensor]]) -> tuple[dict[str, Any], list[bytes]]:

@@ -225,6 +225,8 @@ class Execution:
     """This candidate's canary key (sandbox/execution/tracing.py), when its trace records."""
     traced_calls: int = 0
     """Timed calls the child ran with the trace's marks (warm-up included): two canaries each."""
+    traced_batches: list[int] = field(default_factory=list)
+    """How many of those calls each batch ran, in order (the trace's rules read the gaps inside a batch)."""
     warmup_calls: set[int] = field(default_factory=set)
     unranked_reason: str | None = None
     """Why a correct verdict is not ranked (its timing was throttled twice), or None."""
@@ -504,7 +506,7 @@ class Execution:
                 f"the kernel trace is absent or unreadable after CUDA work ran ({unreadable or 'no segment'}"
                 f"{'; the recorder said: ' + reply.recorder_error if reply.recorder_error else ''})"))
         else:
-            outcome = tracing.judge(texts, self.trace_key, self.traced_calls, self.warmup_calls)
+            outcome = tracing.judge(texts, self.trace_key, self.traced_batches, self.warmup_calls)
         details["trace"] = {**outcome.details, "status": outcome.status, "calls": self.traced_calls,
                             "segments": len(texts)}
         if outcome.refused:
@@ -592,6 +594,7 @@ class Execution:
         timeout = self.config.call_timeout_s * len(distributions)
         if not empty and self.trace_key is not None:
             self.traced_calls += len(distributions)  # before `go`: a batch cut short still ran with its canaries
+            self.traced_batches.append(len(distributions))
         if self.meter is None or self.meter.root_pid != self.session.process.pid:
             self.meter = cputime.Meter(self.session.process.pid, self.session.process.cgroup)
         arm_started = time.perf_counter()

@@ -242,14 +242,9 @@ class Keeper(Protocol):
 
 
 class Marks(Protocol):
-    """What the child's kernel trace recorder marks in a GPU batch (sandbox/child/recorder.py): the harness's device
-    work (`span`), each timed call (`timed`), and a canary before and after each call, outside its timing events."""
-
-    def span(self, what: str) -> object: ...
-
-    def timed(self) -> object: ...
-
-    def end(self, handle: object) -> None: ...
+    """What the child's kernel trace recorder marks in a GPU batch (sandbox/child/recorder.py): a canary before and
+    after each call, outside its timing events. Nothing else: every mark is host work between the calls, and the
+    device's windows come from the canaries alone."""
 
     def canary(self) -> None: ...
 
@@ -279,34 +274,25 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep:
                     marks: Marks | None = None) -> BatchTime:
     """Events around each call behind its own queued L2 flush, checked against the host clock (module doc).
     `keep` takes every result after the last end event, inside the host clock's window. `marks` (the kernel trace):
-    flushes and kept copies annotated as the harness's, each call's own annotation entered before its start event
-    and left after its end event (the host is ahead of the device: its cost is not timed), a canary before the
-    start event and after the end event (queued outside the events: device time no call is charged)."""
+    a canary before each call's start event and after its end event (queued outside the events: device time no
+    call is charged)."""
     state, calls = clock.state(), tuple(calls)
     perf, sync, record, elapsed = _perf_counter, _cuda_synchronize, _record, _elapsed_time
     events = tuple((_Event(enable_timing=True), _Event(enable_timing=True)) for _ in calls)
     results = []
     sync(state.device)
     t0 = perf()
-    mark = marks.span("flush") if marks is not None else None
     for _ in range(state.lead_flushes):
         state.flush()
     for fn, (start, end) in zip(calls, events):
         state.flush()
         if marks is not None:
-            marks.end(mark)
             marks.canary()
-            mark = marks.timed()
         record(start)
         results.append(fn())
         record(end)
         if marks is not None:
-            marks.end(mark)
             marks.canary()
-            mark = marks.span("flush")
-    if marks is not None:
-        marks.end(mark)
-        mark = marks.span("keep")
     kept = ()
     if keep is not None:
         for i, result in enumerate(results):
@@ -315,8 +301,6 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep:
     sync(state.device)
     flushes = len(calls) + state.lead_flushes
     host_ms = max((perf() - t0) * 1e3 - state.host_overhead_ms - flushes * state.flush_ms, 0.0)
-    if marks is not None:
-        marks.end(mark)
     events_ms = [elapsed(start, end) for start, end in events]
     gaps = [elapsed(events[i][1], events[i + 1][0]) for i in range(len(events) - 1)]
     hidden = host_ms > HIDDEN_WORK_RATIO * sum(events_ms) + HIDDEN_WORK_SLACK_MS

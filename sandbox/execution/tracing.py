@@ -5,9 +5,10 @@ Trusted process. Everything read here was written by the untrusted child (sandbo
 it claims are checked against the recorder's own pattern, each file is opened without following a link, must be a
 regular file, and all of them together are read up to `MAX_TRACE_BYTES`. The record itself is never trusted,
 only checked for completeness: the canaries the parent expects (two per timed call, sizes drawn from a key made
-here per candidate) must be in it exactly, in order. A trace that is absent, unreadable, truncated or missing a
-canary, once the recorder's probe said this host records device work, is tampering: CUDA work ran, so a complete
-record exists unless something cut it.
+here per candidate) must all be in it, in order. The batches (how many calls each ran) are the parent's own count,
+not the child's: they say which gaps between calls hold only the harness's flush. A trace that is absent,
+unreadable, truncated or missing a canary, once the recorder's probe said this host records device work, is
+tampering: CUDA work ran, so a complete record exists unless something cut it.
 
 Outcomes (`TraceOutcome.status`): "off" (JudgeConfig.trace), "unavailable" (the CPU, or a host whose probe found
 no device activity: no rule applies and the verdict is unchanged), "clean" (every rule passed; the per-call summary
@@ -78,17 +79,14 @@ def read_segments(work_dir: Path, names: list[str], limit: int = trace.MAX_TRACE
     return texts
 
 
-def parse_segments(texts: list[str]) -> tuple[list[trace.Record], list[trace.Window]]:
-    """Every segment's records and windows, merged in time order."""
+def parse_segments(texts: list[str]) -> list[trace.Record]:
+    """Every segment's device records, merged in time order (the annotations a trace might hold are not read: the
+    windows come from the canaries, sandbox/profiling/trace.py)."""
     records: list[trace.Record] = []
-    windows: list[trace.Window] = []
     for text in texts:
-        seg_records, seg_windows = trace.parse_chrome_trace(text)
-        records += seg_records
-        windows += seg_windows
+        records += trace.parse_chrome_trace(text)[0]
     records.sort(key=lambda r: (r.start_ns, r.end_ns))
-    windows.sort(key=lambda w: w.start_ns)
-    return records, windows
+    return records
 
 
 def as_warmup(windows: list[trace.Window], warmup_calls: set[int]) -> list[trace.Window]:
@@ -102,23 +100,25 @@ def as_warmup(windows: list[trace.Window], warmup_calls: set[int]) -> list[trace
     return out
 
 
-def judge(texts: list[str], key: bytes, calls: int, warmup_calls: set[int]) -> TraceOutcome:
-    """The rules over a complete record of `calls` timed calls (warm-up included), or why it is not complete."""
+def judge(texts: list[str], key: bytes, batches: list[int], warmup_calls: set[int]) -> TraceOutcome:
+    """The rules over a complete record of the timed calls (`batches`: how many calls each batch ran, in order,
+    warm-up included), or why it is not complete."""
     try:
-        records, windows = parse_segments(texts)
+        records = parse_segments(texts)
     except trace.TraceParseError as exc:
         return _refused("trace_cut", f"the kernel trace could not be read after CUDA work ran ({exc}): the "
                         "record of the timed calls was cut or rewritten", {})
+    calls = sum(batches)
     expected = [trace.canary_bytes(key, i) for i in range(2 * calls)]
-    canaries = trace.canary_records(records, windows)
+    canaries = trace.canary_records(records, expected)
     found = [r.bytes for r in canaries]
+    summary = {"records": len(records), "canaries": len(found)}
     cut = trace.canary_finding(found, expected)
-    summary = {"records": len(records), "windows": len(windows), "canaries": len(found)}
     if cut is not None:
         return _refused(cut.rule, cut.message, summary)
-    # The calls' windows are the canaries' (trace.call_windows), not their annotations' device spans, which hold
-    # only the kernels the calling thread launched.
-    windows = as_warmup(sorted([w for w in windows if not w.timed] + trace.call_windows(canaries),
+    # The calls' windows are the canaries': everything a call ran lies between them, whatever thread launched it
+    # (an autograd engine's backward), and its timing events lie between them too.
+    windows = as_warmup(sorted(trace.call_windows(canaries) + trace.harness_windows(records, canaries, batches),
                                key=lambda w: w.start_ns), warmup_calls)
     canary_streams = {r.stream for r in canaries}  # the timing's own stream: the canaries are queued on it
     labels = [f"{trace.TIMED}{i}" for i in range(calls) if i not in warmup_calls]

@@ -1,27 +1,30 @@
 """Rules over a recorded kernel trace (issue 28): every kernel, memcpy and memset of the child's life, checked
 against the windows the timing knows about.
 
-A trace is a list of `Record`s (kind, name, stream, start/end in ns, grid, block, bytes) and a list of `Window`s:
-each timed call's window, and the harness's own windows (making a call's inputs, checking its output), named by
-annotations the harness emits (`judge/timed/<i>`, `judge/harness/<what>`). The rules are pure functions:
+A trace is a list of `Record`s (kind, name, stream, start/end in ns, grid, block, bytes): the device activity of
+the child's life and nothing of its host side. The recorder asks CUPTI for device activity alone (no operator
+callbacks, no annotations): on an H100 the host-side profiler cost a 0.13 ms call ~0.25 ms of host time, enough to
+starve the device inside the timing events (docs/results/trace-overhead-h100-2026-11-26.md). So every window the
+rules use comes from the device timeline itself, from the canaries the harness queues on the timing stream:
 
-(a) `outside_windows`: during the timing phase (from the first timed window's start to the last one's end), device
-    work that is not inside a timed or harness window, or that is inside a timed window on a stream the timing did
-    not see, is refused (a side stream or thread doing work the events around the calls may not bracket, or work
-    deferred past a call's window);
+(d) `canary_records`/`canary_finding`: the canaries (device copies of sizes drawn from a per-candidate key,
+    `canary_bytes`, one before and one after every timed call, outside its timing events) must all be there, in
+    order; `call_windows` then bounds each timed call by its two canaries;
+(a) `outside_windows`: during a batch of timed calls (its first canary to its last), device work that is inside
+    no call's window and is not the flush the harness queues between two calls (`harness_windows`: exactly one per
+    gap, the same kernel in every gap) is refused (a side stream or thread doing work the events around the calls
+    may not bracket, or work deferred past a call's window); a call's work on a stream the timing did not see is
+    reported;
 (b) `differing_calls`: timed calls whose kernels (name, grid, block, in order) differ from the most common
     sequence are flagged (a candidate that behaves differently once it knows it is timed);
 (c) `per_call`: launches, memcpy/memset count, bytes moved and kernel time of each timed call.
 
 `parse_chrome_trace` reads torch's profiler (kineto) export: `{"traceEvents": [...]}`, complete events
 (`"ph": "X"`) with `ts`/`dur` in microseconds, categories `kernel`, `gpu_memcpy`, `gpu_memset` (args `stream`,
-`grid`, `block`, `bytes`) and `gpu_user_annotation` (the GPU-side span of a `record_function` range: the
-windows). Times are read exactly (kineto writes epoch-based microseconds with three decimals, or times
-relative to `baseTimeNanoseconds`).
-
-(d) `canary_finding`: the canaries (device copies of sizes drawn from a per-candidate key, `canary_bytes`, inside
-    `judge/harness/canary` windows, one before and one after every timed call) must be exactly the expected
-    sequence; `call_windows` then bounds each timed call by its two canaries.
+`grid`, `block`, `bytes`). Times are read exactly (kineto writes epoch-based microseconds with three decimals, or
+times relative to `baseTimeNanoseconds`). It also returns the `gpu_user_annotation` spans a trace with host
+activity holds (`judge/...` labels: the recorded fixtures of tests/fixtures/trace); the judge's record has none and
+the parent uses none: a window a process could name for itself is not a window the judge trusts.
 
 Recorded by the judge in the child (sandbox/child/recorder.py) and judged in the parent (sandbox/execution/tracing.py).
 CUPTI runs inside the process it observes, so a candidate's native code can disable or unsubscribe it; the
@@ -48,7 +51,6 @@ MAX_TRACE_BYTES = 256 << 20
 """A child's whole life at the official size: tens of thousands of records, a few MiB of JSON each 10,000."""
 MAX_CANARY_BYTES = 1 << 16
 """A canary copies 1..65,536 bytes: a device-to-device copy of that size takes ~2-3 us, outside the timing events."""
-CANARY = HARNESS + "canary"
 
 
 class TraceParseError(ValueError):
@@ -149,10 +151,19 @@ def canary_bytes(key: bytes, index: int) -> int:
     return 1 + int.from_bytes(digest, "little") % MAX_CANARY_BYTES
 
 
-def canary_records(records: list[Record], windows: list[Window]) -> list[Record]:
-    """The device copies inside `judge/harness/canary` windows, in the order they ran."""
-    spans = [w for w in windows if w.label == CANARY]
-    return [r for r in records if r.kind == "memcpy" and any(w.holds(r) for w in spans)]
+def canary_records(records: list[Record], expected: list[int]) -> list[Record]:
+    """The canaries, matched in order: for each expected size, the first device copy of that size after the last
+    one matched. A copy of the candidate's own that happens to have the next size is taken instead of the real
+    canary (one small copy in 65,536 of a given size), which moves a call's window by a few microseconds and hides
+    nothing: a canary the record lacks is still missing, whatever else matched."""
+    copies = iter(r for r in records if r.kind == "memcpy")
+    found = []
+    for size in expected:
+        match = next((r for r in copies if r.bytes == size), None)
+        if match is None:
+            break
+        found.append(match)
+    return found
 
 
 def call_windows(canaries: list[Record]) -> list[Window]:
@@ -164,18 +175,38 @@ def call_windows(canaries: list[Record]) -> list[Window]:
 
 
 def canary_finding(found: list[int], expected: list[int]) -> Finding | None:
-    """Rule (d): the canaries must be exactly the expected sequence: none missing, out of order or duplicated."""
+    """Rule (d): every expected canary must be in the record, in order (`canary_records` stops at the first it
+    cannot find after the ones before it)."""
     if found == expected:
         return None
-    first = next((i for i, (f, e) in enumerate(zip(found, expected)) if f != e), min(len(found), len(expected)))
-    if len(found) < len(expected):
-        what = "missing" if Counter(found) <= Counter(expected) else "missing or out of order"
-    elif len(found) > len(expected):
-        what = "duplicated or forged"
-    else:
-        what = "out of order or forged"
-    return Finding("canaries", f"the trace's canaries are {what}: {len(found)} recorded, {len(expected)} expected, the "
-                   f"first difference at canary {first} (the record of the timed calls was cut or rewritten)")
+    return Finding("canaries", f"the trace's canaries are missing or out of order: {len(found)} of {len(expected)} "
+                   f"found in order, canary {len(found)} is not (the record of the timed calls was cut or rewritten)")
+
+
+def harness_windows(records: list[Record], canaries: list[Record], batches: list[int]) -> list[Window]:
+    """The harness's own windows around the calls (`batches`: the calls of each batch, in order): each canary's
+    copy; inside a batch, the one flush `time_cuda_batch` queues between
+    a call's closing canary and the next one's opening canary, on the timing stream, the same kernel in every gap
+    (the most common last record there; a gap without it gets no window), each window exactly that record's span; between
+    two batches, the whole gap (the harness inspects, keeps and arms there). Anything else in a gap inside a batch
+    is outside every window."""
+    windows = [Window(HARNESS + "canary", r.start_ns, r.end_ns) for r in canaries]
+    stream, gaps, call = canaries[0].stream if canaries else None, [], 0
+    for size in batches:
+        for k in range(call, call + size - 1):
+            start, end = canaries[2 * k + 1].end_ns, canaries[2 * k + 2].start_ns
+            gaps.append([r for r in records if start <= r.start_ns and r.end_ns <= end and r.stream == stream])
+        if 2 * (call + size) < len(canaries):  # the harness's steps before the next batch
+            windows.append(Window(HARNESS + "between-batches", canaries[2 * (call + size) - 1].end_ns,
+                                  canaries[2 * (call + size)].start_ns))
+        call += size
+    # The flush is queued right before the next call's opening canary, so it is each gap's last record on the timing
+    # stream: work the candidate left behind runs before it, and is refused whether or not every gap holds some.
+    signature = Counter((gap[-1].kind, gap[-1].name, gap[-1].grid) for gap in gaps if gap).most_common(1)
+    for gap in gaps:
+        if gap and (gap[-1].kind, gap[-1].name, gap[-1].grid) == signature[0][0]:
+            windows.append(Window(HARNESS + "flush", gap[-1].start_ns, gap[-1].end_ns))
+    return windows
 
 
 def timing_span(windows: list[Window]) -> tuple[int, int] | None:
