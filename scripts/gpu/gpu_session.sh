@@ -27,7 +27,14 @@
 # then, here: scripts/bench/bench_multi_device.py compare on the three run folders.
 # fleet (issue 30, a two-GPU kind): scripts/gpu/fleet_spares.sh: one GPU, then two workers with a GPU each on one
 # PostgreSQL started on the host from the carried .debs (scripts/gpu/postgres_env.sh); FLEET_RUNS and FLEET_ENV pick the pools.
-# profiles (issue 28): scripts/gpu/profile_capture.py --honest, each honest forward kernel under ncu in its sandbox.
+# profiles (issue 28): scripts/gpu/profile_capture.py --honest, each honest forward kernel under ncu in its sandbox;
+# profiles-judged: the same, each judged first and profiled under the wall limit its verdict gives.
+# trace (issue 28): scripts/gpu/trace_overhead.py (what each recorder costs a short call), then scripts/gpu/trace_check.py
+# (ranked medians with the trace on and off in alternating rounds; the hostile corpus with the trace on);
+# trace-hostile: the hostile part alone.
+# corpus (issues 28, 29): the whole CUDA corpus, languages included, on pre-started children, no repeat study. The
+# kernel languages come in parts over several calls (scripts/gpu/fetch_device_deps.sh): the stage installs them once
+# the last part is in the working tree the calls bring (LANGS_WAIT_S, default 900 s), else judges without them.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
@@ -146,6 +153,22 @@ run_stages() {
                     --devices cuda:0,cuda:1 --workers 2 "${batch[@]}" --timeout 480 --out "$out/multi-two-workers" ;;
             profiles)  # issue 28: every honest forward kernel of the corpus under the judge's profiler (ncu)
                 stage profiles python3 scripts/gpu/profile_capture.py --honest --out "$out/profiles" ;;
+            profiles-judged)
+                stage profiles-judged python3 scripts/gpu/profile_capture.py --honest --judged --out "$out/profiles-judged" ;;
+            trace)
+                stage trace-overhead python3 scripts/gpu/trace_overhead.py --rounds 1 --out "$out/trace-overhead"
+                stage trace python3 scripts/gpu/trace_check.py --out "$out/trace" ;;
+            trace-hostile)  # the hostile corpus alone with the trace on (after `corpus` has installed the languages)
+                stage trace-hostile python3 scripts/gpu/trace_check.py --skip-honest --out "$out/trace-hostile" ;;
+            corpus)
+                local waited=0 live; live=$(cat "$SESSION/live")
+                while [ ! -e /opt/judge-langs/.installed ] && [ "$waited" -lt "${LANGS_WAIT_S:-900}" ]; do
+                    (cd "$live" && source scripts/gpu/device_env.sh > /dev/null 2>&1)  # installs once every part is there
+                    [ -e /opt/judge-langs/.installed ] || { sleep 10; waited=$(( waited + 10 )); }
+                done
+                [ -e /opt/judge-langs/.installed ] && \
+                    export PYTHONPATH=/opt/judge-langs:/opt/judge-langs/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+                stage corpus python3 scripts/gpu/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/corpus" ;;
             device-baselines)  # the trusted baseline process on every visible GPU: the cards must agree (issue 13's
                                # two-GPU run found cuda:1's measured on cuda:0's stream)
                 stage device-baselines python3 scripts/gpu/check_device_baselines.py ;;
@@ -218,9 +241,10 @@ case ${1:-} in
         [ $# -gt 0 ] || set -- "${ALL_STAGES[@]}"
         rm -rf "$SESSION" && mkdir -p "$SESSION/out" "$SESSION/repo"
         # A copy of its own: the next device call may rewrite the working tree under a running stage.
-        tar -C . --exclude=.git -cf - . | tar -C "$SESSION/repo" -xf -
+        tar -C . --exclude=.git --exclude=.langs -cf - . | tar -C "$SESSION/repo" -xf -
+        echo "$PWD" > "$SESSION/live"  # where later calls bring what the stages wait for (the language parts)
         setsid nohup bash "$SESSION/repo/scripts/gpu/gpu_session.sh" run "$@" > "$SESSION/session.log" 2>&1 < /dev/null &
-        collect 570 ;;
+        collect "${COLLECT_S:-570}" ;;
     run) shift; run_stages "$@" ;;
     collect) collect "${2:-570}" ;;
     *) echo "usage: $0 start [STAGE...] | collect SECONDS" >&2; exit 2 ;;

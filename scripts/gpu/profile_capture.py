@@ -13,6 +13,10 @@ bubblewrap child, official inputs, 3 calls after a warm-up), and write under --o
 - `profiles.json`: each parsed Profile (status, reason, ncu version, kernels) and the rendered prompt text;
 - `profiles.md`: the per-kernel table for docs/benchmarks.md, and each prompt text with its length.
 
+`--judged`: judge each file first and profile it under the wall limit its verdict gives
+(`sandbox.profiling.run.time_limit_s`, as the service's profile of a judged submission does), with the limit and
+the profile's device seconds in the table: a limit that cuts an honest profile shows as its reason.
+
 The exit status is 1 when a profile is not "ok" (its reason is in both files): e.g. "the GPU's performance
 counters are reserved for administrators", which says the sandboxed child may not read them on this host.
 `--ncu PATH` names the profiler when it is not on PATH or in CUDA's usual places.
@@ -27,10 +31,10 @@ import sys
 from pathlib import Path
 
 from sandbox.config import JudgeConfig
-from sandbox.pipeline import PreparedCandidate, prepare
+from sandbox.pipeline import PreparedCandidate, execute, prepare
 from sandbox.profiling.render import render_text
 from sandbox.profiling.report import Profile
-from sandbox.profiling.run import profile_candidate
+from sandbox.profiling.run import TIME_LIMIT_S, profile_candidate, time_limit_s
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_FILES = ("tests/corpus/cuda/kl_div_fast.py", "tests/corpus/cuda/cross_entropy_fast.py")
@@ -72,6 +76,7 @@ def main() -> int:
     parser.add_argument("--ncu", default=None)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--honest", action="store_true", help="every honest forward file of tests/corpus/cuda")
+    parser.add_argument("--judged", action="store_true", help="judge first; profile under the verdict's wall limit")
     parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args()
     files = honest_files() if args.honest else [REPO / f for f in (args.files or DEFAULT_FILES)]
@@ -81,6 +86,7 @@ def main() -> int:
     lines = ["| candidate | kernel | time (us) | DRAM (TB/s) | DRAM % of peak | SM % | occupancy % | regs/thread | "
              "smem/block (B) | grid x block | top stalls |", "|" + "---|" * 11]
     texts = []
+    limits = ["| candidate | wall limit s | device s under ncu | status |", "|---|---|---|---|"]
     failed = False
     for path in files:
         name, task = path.stem, declared(path, "task")
@@ -88,8 +94,12 @@ def main() -> int:
         if not isinstance(prepared, PreparedCandidate):
             profile = Profile(status="failed", reason=f"the build failed: {prepared.status}: {prepared.diagnosis}")
         else:
+            limit = TIME_LIMIT_S
+            if args.judged:
+                limit = time_limit_s(execute(prepared, args.device, config=config), args.calls)
             profile = profile_candidate(prepared, args.device, config=config, ncu=args.ncu, calls=args.calls,
-                                        log_copy=args.out / f"{name}_h100.csv")
+                                        time_limit_s=limit, log_copy=args.out / f"{name}_h100.csv")
+            limits.append(f"| {name} | {limit:.1f} | {profile.gpu_seconds:.1f} | {profile.status} |")
         text = render_text(profile)
         failed |= profile.status != "ok"
         results[name] = {"profile": profile.model_dump(mode="json"), "text": text}
@@ -98,7 +108,7 @@ def main() -> int:
         print(f"{name}: {profile.status} {profile.reason or ''} ({profile.gpu_seconds:.1f} s on the device)\n{text}\n",
               flush=True)
     (args.out / "profiles.json").write_text(json.dumps(results, indent=2))
-    (args.out / "profiles.md").write_text("\n".join(lines + [""] + texts))
+    (args.out / "profiles.md").write_text("\n".join(lines + [""] + limits + [""] + texts))
     return 1 if failed else 0
 
 
