@@ -100,9 +100,9 @@ class JudgeConfig:
     """Record every kernel and copy of the candidate's life in its child (sandbox/child/recorder.py) and refuse timing
     phases whose record is cut, has device work outside the timed calls and the judge's own steps, or whose timed
     calls launch different kernels (sandbox/execution/tracing.py). None (the default): off, on every device:
-    measured on an H100 (docs/results/trace-h100-2026-11-26.md), the recorder kept kl_div_fast's and a training
-    step's ranked medians within 1% but made cross_entropy_fast's (0.19 ms calls) up to 2.1x slower and Triton's up
-    to 3.1x, in the second and third rounds of pre-started children, so it cannot sit under a ranked time.
+    measured on an H100 (docs/results/trace-h100-2026-11-26.md), the recorder (device activity alone) kept the CUDA
+    C++ kernels' and a training step's ranked medians within 0.2%, but a Triton cross-entropy's (four launches in
+    0.25 ms) +4.5%: CUPTI costs each launch host time, and a ranked time must not carry it.
     `JUDGE_TRACE=1` turns it on (hostile corpus 35 of 35 as declared with it on, on a GPU), `0` off everywhere
     (scripts/gpu/trace_check.py compares ranked medians with and without). On the CPU a trace that is on records
     and is read back, and is reported unavailable (no device activity); on a GPU whose profiler records no device

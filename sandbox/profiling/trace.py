@@ -185,11 +185,10 @@ def canary_finding(found: list[int], expected: list[int]) -> Finding | None:
 
 def harness_windows(records: list[Record], canaries: list[Record], batches: list[int]) -> list[Window]:
     """The harness's own windows around the calls (`batches`: the calls of each batch, in order): each canary's
-    copy; inside a batch, the one flush `time_cuda_batch` queues between
-    a call's closing canary and the next one's opening canary, on the timing stream, the same kernel in every gap
-    (the most common last record there; a gap without it gets no window), each window exactly that record's span; between
-    two batches, the whole gap (the harness inspects, keeps and arms there). Anything else in a gap inside a batch
-    is outside every window."""
+    copy; inside a batch, the one flush `time_cuda_batch` queues between a call's closing canary and the next one's
+    opening canary, on the timing stream, the same kernel in every gap (the most common last record there; a gap
+    without it gets no window), each window exactly that record's span; between two batches, the whole gap (the
+    harness inspects, keeps and arms there). Anything else in a gap inside a batch is outside every window."""
     windows = [Window(HARNESS + "canary", r.start_ns, r.end_ns) for r in canaries]
     stream, gaps, call = canaries[0].stream if canaries else None, [], 0
     for size in batches:
