@@ -223,13 +223,16 @@ class Execution:
     """The child's kernel-trace recorder, probed before any candidate: "available", "unavailable: why", "" (off)."""
     trace_key: bytes | None = None
     """This candidate's canary key (sandbox/execution/tracing.py), when its trace records."""
-    traced_calls: int = 0
-    """Timed calls the child ran with the trace's marks (warm-up included): two canaries each."""
     traced_batches: list[int] = field(default_factory=list)
-    """How many of those calls each batch ran, in order (the trace's rules read the gaps inside a batch)."""
+    """How many calls each batch the child ran with the trace's marks ran (warm-up included), in order: two canaries
+    a call (the trace's rules read the gaps inside a batch)."""
     warmup_calls: set[int] = field(default_factory=set)
     unranked_reason: str | None = None
     """Why a correct verdict is not ranked (its timing was throttled twice), or None."""
+
+    @property
+    def traced_calls(self) -> int:
+        return sum(self.traced_batches)
 
     @property
     def is_cuda(self) -> bool:
@@ -593,8 +596,7 @@ class Execution:
         seeds = [secrets.randbits(62) for _ in distributions]
         timeout = self.config.call_timeout_s * len(distributions)
         if not empty and self.trace_key is not None:
-            self.traced_calls += len(distributions)  # before `go`: a batch cut short still ran with its canaries
-            self.traced_batches.append(len(distributions))
+            self.traced_batches.append(len(distributions))  # before `go`: a batch cut short still ran its canaries
         if self.meter is None or self.meter.root_pid != self.session.process.pid:
             self.meter = cputime.Meter(self.session.process.pid, self.session.process.cgroup)
         arm_started = time.perf_counter()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from decimal import Decimal
 from dataclasses import dataclass, field
@@ -191,10 +192,12 @@ def harness_windows(records: list[Record], canaries: list[Record], batches: list
     harness inspects, keeps and arms there). Anything else in a gap inside a batch is outside every window."""
     windows = [Window(HARNESS + "canary", r.start_ns, r.end_ns) for r in canaries]
     stream, gaps, call = canaries[0].stream if canaries else None, [], 0
+    starts = [r.start_ns for r in records]  # records come by start time: each gap's are one slice
     for size in batches:
         for k in range(call, call + size - 1):
             start, end = canaries[2 * k + 1].end_ns, canaries[2 * k + 2].start_ns
-            gaps.append([r for r in records if start <= r.start_ns and r.end_ns <= end and r.stream == stream])
+            gaps.append([r for r in records[bisect_left(starts, start):bisect_right(starts, end)]
+                         if r.end_ns <= end and r.stream == stream])
         if 2 * (call + size) < len(canaries):  # the harness's steps before the next batch
             windows.append(Window(HARNESS + "between-batches", canaries[2 * (call + size) - 1].end_ns,
                                   canaries[2 * (call + size)].start_ns))

@@ -256,8 +256,7 @@ def _finished(tmp_path: Path, text: str, calls: int) -> _Finished:
     run = _Finished(task=get_task("kl_div"), device="cuda:0", config=JudgeConfig(), shape=(8, 64), stages={})
     run.reply = msg.TraceEndReply(op="trace_end", ok=True, files=["judge-trace-0.json"], calls=calls,
                                   canaries=2 * calls)
-    run.work_dir, run.trace_probe, run.trace_key, run.traced_calls = tmp_path, "available", KEY, calls
-    run.traced_batches = [calls]
+    run.work_dir, run.trace_probe, run.trace_key, run.traced_batches = tmp_path, "available", KEY, [calls]
     return run
 
 
