@@ -337,11 +337,12 @@ class Child:
         mark = self._setup_step("tripwires", mark)
         create_context(self.device)  # before counting the threads (a spare may have created it already)
         mark = self._setup_step("context", mark)
-        self.clock = _timing.DeviceClock(self.device)
+        traced = os.environ.get("JUDGE_TRACE") == "1"
+        self.clock = _timing.DeviceClock(self.device, traced=traced)
         mark = self._setup_step("clock", mark)
         # The kernel trace (sandbox/child/recorder.py): its probe runs now, while no candidate exists, so what it
         # reports about this host is the judge's own finding.
-        self.recorder = _recorder.Recorder(self.device) if os.environ.get("JUDGE_TRACE") == "1" else None
+        self.recorder = _recorder.Recorder(self.device) if traced else None
         self.trace_probe = self.recorder.probe() if self.recorder is not None else ""
         self.tracing = False
         """Set at `load` when the parent asked for the trace: the marks are then made."""

@@ -75,6 +75,12 @@ an H100, while the host needs ~5 us to queue each; the rest covers the host's la
 of microseconds for these candidates, more on a loaded host). `JUDGE_TIMING_LEAD_MS` overrides it (0: none),
 for measuring what it changes."""
 
+TRACED_LEAD_MS = 5.0
+"""The lead while the kernel trace records (sandbox/child/recorder.py): CUPTI costs each launch host time, so a call
+of several short launches let the host fall behind the device inside the timing events with `LEAD_MS`: a Triton
+cross-entropy (four launches in 0.25 ms) +4.46% with the trace on an H100, spread 18% over three rounds; with 5 ms,
++1.05%, spread 0.16% (docs/results/trace-h100-2026-11-26.md). ~50 more flushes a batch: ~5 ms of device time."""
+
 HIDDEN_WORK_RATIO = 1.25
 """A call whose host time exceeds 125% of its events (plus `HIDDEN_WORK_SLACK_MS`) did work the events
 did not see: another stream, another thread, or host-side work between kernels."""
@@ -122,8 +128,9 @@ class ClockState:
 class DeviceClock:
     """Flush, synchronise and timestamp on one device."""
 
-    def __init__(self, device: torch.device, lead_ms: float | None = None) -> None:
-        """`lead_ms`: the lead before each GPU batch (default `LEAD_MS`, or `JUDGE_TIMING_LEAD_MS`)."""
+    def __init__(self, device: torch.device, lead_ms: float | None = None, *, traced: bool = False) -> None:
+        """`lead_ms`: the lead before each GPU batch (default `JUDGE_TIMING_LEAD_MS`, else `TRACED_LEAD_MS` where the
+        kernel trace records (`traced`), else `LEAD_MS`)."""
         self.device = device
         self.is_cuda = device.type == "cuda"
         if self.is_cuda and device.index is not None:
@@ -136,7 +143,8 @@ class DeviceClock:
         self._flush = torch.empty(size // 4, dtype=torch.int32, device=device)
         self.host_overhead_ms = 0.0
         self.flush_ms = 0.0
-        self.lead_ms = lead_ms if lead_ms is not None else float(os.environ.get("JUDGE_TIMING_LEAD_MS", LEAD_MS))
+        default = TRACED_LEAD_MS if traced else LEAD_MS
+        self.lead_ms = lead_ms if lead_ms is not None else float(os.environ.get("JUDGE_TIMING_LEAD_MS", default))
         self.lead_flushes = 0
         """Flushes queued ahead of each batch; set by `calibrate` from the measured `flush_ms`."""
         self.flush_span = (self._flush.data_ptr(), self._flush.numel())

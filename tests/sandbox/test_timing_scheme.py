@@ -300,6 +300,15 @@ def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> N
     assert DeviceClock(torch.device("cpu")).lead_ms == timing.LEAD_MS
 
 
+def test_a_traced_child_queues_a_longer_lead_unless_told_otherwise(monkeypatch) -> None:
+    """CUPTI's per-launch host cost let a Triton kernel's calls fall behind the device with the trace on: a traced
+    child's clock leads by TRACED_LEAD_MS; `JUDGE_TIMING_LEAD_MS` still decides where it is set."""
+    monkeypatch.delenv("JUDGE_TIMING_LEAD_MS", raising=False)
+    assert DeviceClock(torch.device("cpu"), traced=True).lead_ms == timing.TRACED_LEAD_MS > timing.LEAD_MS
+    monkeypatch.setenv("JUDGE_TIMING_LEAD_MS", "0.25")
+    assert DeviceClock(torch.device("cpu"), traced=True).lead_ms == 0.25
+
+
 def test_a_clock_makes_its_device_current_so_its_events_time_that_device(monkeypatch) -> None:
     """Events record on the current device's stream: a clock for cuda:1 in a process still on cuda:0 (the
     trusted baseline process) timed cuda:0's idle stream and cached a bandwidth 1.45x too low on a two-GPU
