@@ -100,9 +100,9 @@ class JudgeConfig:
     """Record every kernel and copy of the candidate's life in its child (sandbox/child/recorder.py) and refuse timing
     phases whose record is cut, has device work outside the timed calls and the judge's own steps, or whose timed
     calls launch different kernels (sandbox/execution/tracing.py). None (the default): off, on every device:
-    measured on an H100 (docs/results/trace-h100-2026-11-26.md), the recorder (device activity alone) kept the CUDA
-    C++ kernels' and a training step's ranked medians within 0.2%, but a Triton cross-entropy's (four launches in
-    0.25 ms) +4.5%: CUPTI costs each launch host time, and a ranked time must not carry it.
+    measured on an H100 (docs/results/trace-h100-2026-11-26.md), the recorder (device activity alone, a 5 ms lead
+    before each batch) keeps every ranked median within 1% (six kernels, Triton's included), but holds the device
+    ~1.1 s longer per correct candidate (median 2.6 -> 3.7 s), which a best-of-N batch pays on every sample.
     `JUDGE_TRACE=1` turns it on (hostile corpus 35 of 35 as declared with it on, on a GPU), `0` off everywhere
     (scripts/gpu/trace_check.py compares ranked medians with and without). On the CPU a trace that is on records
     and is read back, and is reported unavailable (no device activity); on a GPU whose profiler records no device

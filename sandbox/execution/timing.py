@@ -79,7 +79,7 @@ TRACED_LEAD_MS = 5.0
 """The lead while the kernel trace records (sandbox/child/recorder.py): CUPTI costs each launch host time, so a call
 of several short launches let the host fall behind the device inside the timing events with `LEAD_MS`: a Triton
 cross-entropy (four launches in 0.25 ms) +4.46% with the trace on an H100, spread 18% over three rounds; with 5 ms,
-+1.05%, spread 0.16% (docs/results/trace-h100-2026-11-26.md). ~50 more flushes a batch: ~5 ms of device time."""
++0.54%, spread 0.43% (docs/results/trace-h100-2026-11-26.md). ~50 more flushes a batch: ~5 ms of device time."""
 
 HIDDEN_WORK_RATIO = 1.25
 """A call whose host time exceeds 125% of its events (plus `HIDDEN_WORK_SLACK_MS`) did work the events

@@ -289,6 +289,6 @@ def test_an_unavailable_recorder_applies_no_rule(tmp_path):
 
 
 def test_the_trace_is_off_unless_asked_for():
-    # off unless asked for: its cost under short timed calls on an H100 (docs/results/trace-h100-2026-11-26.md)
+    # off unless asked for: its device time per candidate on an H100 (docs/results/trace-h100-2026-11-26.md)
     assert not JudgeConfig(trace=None).traces(cuda=True) and not JudgeConfig(trace=None).traces(cuda=False)
     assert JudgeConfig(trace=True).traces(cuda=False) and not JudgeConfig(trace=False).traces(cuda=True)
