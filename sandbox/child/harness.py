@@ -572,13 +572,10 @@ class Child:
         return self._batch_reply(batch, sets)
 
     def marks(self, model: object) -> _recorder.Recorder | None:
-        """The trace's marks for a batch of the candidate's calls (none for the empty calls of calibration)."""
-        return self.recorder if self._marking() and model is self.model else None
-
-    def _marking(self) -> bool:
-        """Whether the trace is recording device work to mark: on the CPU it records (its segments are read back)
-        without marks, which would only add host time between the calls the parent's clock surrounds."""
-        return self.tracing and self.recorder.cuda
+        """The trace's marks for a batch of the candidate's calls (none for the empty calls of calibration). On the
+        CPU the trace records (its segments are read back) without marks, which would only add host time between
+        the calls the parent's clock surrounds."""
+        return self.recorder if self.tracing and self.recorder.cuda and model is self.model else None
 
     def trace_end(self, cmd: _protocol.TraceEnd) -> _protocol.TraceEndReply:
         """Stop the trace and export its last segment: the parent reads the files (sandbox/execution/tracing.py)."""
