@@ -34,6 +34,10 @@ sm_90a on the H100/H200 hosts), since the build child has no device to ask.
   call, passes `no_cache=True` and neither reads nor writes it. Even a direct call's key is a hash of the traced IR
   (a hit still runs the Python tracing), and that IR holds each tensor's memory space, `generic` for a host
   tensor and `gmem` for a device one: the build child's host tensors would compile a kernel no launch asks for.
+  Upstream knows: NVIDIA/cutlass#3398 (open) reports the forced `no_cache`, and PR #3402 (open) lets
+  `cute.compile` opt into the cache (two gates: `_compile` and `BaseDSL._setup_common`). Once a release carries
+  it, the build stage can compile on tensors that present the device's memory space, and "cute" joins
+  PRECOMPILED; `test_cute_compile_leaves_nothing_on_disk_for_the_execution_child_to_find` fails on that release.
 - Triton compiles on its first launch into `TRITON_CACHE_DIR`, also in the build directory.
 
 A compile left to the execution child runs on the candidate's first call of a shape, a correctness trial:
