@@ -12,6 +12,7 @@ import ctypes
 import logging
 import os
 import signal
+import time
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,30 @@ def expected_parent() -> int | None:
 def orphaned(parent: int | None) -> bool:
     """True when a parent was expected and is no longer ours (it died; we were re-parented)."""
     return parent is not None and os.getppid() != parent
+
+
+DEATH_SETTLE_S = 2.0
+"""How long a stop signal that comes while the expected parent still looks alive may take to prove to be a notice
+of its death (`dying`). Re-parenting to init follows the parent's last thread within milliseconds; 2 s covers a
+loaded host. An operator's second signal is acted on after this wait."""
+
+
+def dying(parent: int | None) -> bool:
+    """True when the expected parent is gone, or is gone within `DEATH_SETTLE_S`.
+
+    Why wait: PR_SET_PDEATHSIG fires when the parent *thread* exits, and a dying multi-threaded parent (`serve`,
+    SIGKILLed) hands this process from thread to thread of its own before the last one hands it to init. Each
+    hand-over sends the signal again, while getppid() still names the parent, so a second notice of one death can
+    arrive before `orphaned` is true (seen in tests/service/test_drills.py: two notices in the same millisecond,
+    and a worker that then abandoned the job it was finishing)."""
+    if parent is None:
+        return False
+    deadline = time.monotonic() + DEATH_SETTLE_S
+    while not orphaned(parent):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def parent_of(pid: int) -> int | None:

@@ -241,11 +241,12 @@ class Worker:
         """First signal: stop gracefully. A second one abandons everything, unless it is one more notice of the
         parent's death: the kernel's PDEATHSIG can arrive more than once for one death (it fires on every
         reparenting, e.g. first to another thread of the dying `serve`), and a death is one reason to stop,
-        not two. A signal that arrives while the expected parent is gone counts as such a notice."""
+        not two. A signal that arrives while the expected parent is gone, or is gone moments later (`lifeline.dying`:
+        the notices of one death can come before the last hand-over to init), counts as such a notice."""
         if not self.stopping.is_set():
             log.info("signal %d: finishing running jobs, releasing the rest", signum)
             self.stop()
-        elif lifeline.orphaned(self.parent):
+        elif lifeline.dying(self.parent):
             log.info("signal %d: the parent's death again; already stopping gracefully", signum)
         else:
             self._abandon()

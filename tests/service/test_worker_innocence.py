@@ -13,6 +13,7 @@ from sqlalchemy import select
 from service.db.models import Job, JobAttempt
 from service.db.session import Database
 from service.queue.states import JobState
+from service.worker import lifeline
 from service.worker.judging import CompileOnlyJudge, judge_config
 from service.worker.runner import Worker
 
@@ -60,3 +61,41 @@ def test_the_first_signal_stops_gracefully_and_keeps_the_jobs(db: Database, work
     assert not worker.stopping.is_set()
     worker.on_signal(signal.SIGTERM)
     assert worker.stopping.is_set() and claim.token in worker.held
+
+
+def test_a_notice_before_the_last_hand_over_is_not_a_second_signal(db: Database, worker: Worker,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve` SIGKILLed with several threads: the kernel sends PDEATHSIG at each hand-over between its dying
+    threads, while getppid() still names `serve`, and only the last hand-over gives the worker to init. The
+    second notice came before that in a drill (tests/service/test_drills.py) and made the worker abandon its job.
+    Here the parent is seen alive at the second notice and gone a few checks later."""
+    enqueue(db, 1)
+    (claim,) = worker._claim(1)
+    worker._start(claim)
+    worker.parent = os.getppid()
+    checks = iter([False, False, False])  # three looks at a parent still there, then the hand-over to init
+
+    monkeypatch.setattr(lifeline, "orphaned", lambda parent: next(checks, True))
+    monkeypatch.setattr(worker, "_abandon", lambda: pytest.fail("one death, taken for a second signal"))
+    worker.on_signal(signal.SIGTERM)
+    worker.on_signal(signal.SIGTERM)
+    assert worker.stopping.is_set() and claim.token in worker.held
+    assert next(checks, "spent") == "spent"  # the second notice waited for the hand-over
+    with db.transaction(read_only=True) as s:
+        assert s.scalars(select(Job.state)).one() is JobState.COMPILING  # not released
+
+
+def test_a_second_signal_while_the_parent_lives_releases_everything(db: Database, worker: Worker,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's second SIGTERM (the parent alive throughout `lifeline.DEATH_SETTLE_S`) still abandons."""
+    enqueue(db, 1)
+    (claim,) = worker._claim(1)
+    worker._start(claim)
+    worker.parent = os.getppid()  # this test process's parent: alive throughout
+    monkeypatch.setattr(lifeline, "DEATH_SETTLE_S", 0.05)
+    abandoned = []
+    monkeypatch.setattr(worker, "_abandon", lambda: abandoned.append(True))
+    worker.on_signal(signal.SIGTERM)
+    assert not abandoned
+    worker.on_signal(signal.SIGTERM)
+    assert abandoned == [True]
