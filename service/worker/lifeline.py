@@ -1,9 +1,9 @@
 """Tie a worker's life to the process that started it (`kernel-judge serve` sets JUDGE_PARENT_PID).
 
 Two mechanisms, because either alone can miss: `PR_SET_PDEATHSIG` makes the kernel send SIGTERM the
-moment the parent dies (Linux only; it would fire on the death of the parent *thread* that forked us,
-which for `serve` is its main thread), and `orphaned()` compares getppid() with the expected parent on
-every loop, which also covers a parent that died before the prctl call.
+moment the parent dies (Linux only; it fires on the death of the parent *thread* that forked us, and again at
+each hand-over between a dying parent's threads: `dying`), and `orphaned()` compares getppid() with the
+expected parent on every loop, which also covers a parent that died before the prctl call.
 """
 
 from __future__ import annotations

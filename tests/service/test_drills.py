@@ -645,9 +645,9 @@ def test_a_killed_serve_lets_its_worker_finish_the_running_job(db, procs):
     heard: the worker finishes the job, stores `correct` itself, and exits cleanly afterwards.
 
     That extra SIGTERM is sent once the worker has been re-parented (its parent is no longer `serve`), as the
-    kernel's own second notice is: the first notice can come while `serve`'s last threads are still exiting, and
-    a SIGTERM sent then is a second signal from a living parent, which rightly abandons (seen once under three
-    test processes on two cores)."""
+    kernel's last notice is. The kernel's earlier notices, one per hand-over between `serve`'s dying threads, come
+    while getppid() still names `serve`: two in one millisecond made the worker abandon its job in two full runs
+    (2026-11-27), fixed by `lifeline.dying` and tested in tests/service/test_worker_innocence.py."""
     port = str(free_port())
     serve = procs("serve", PORT=port, JUDGE_SHUTDOWN_GRACE_S="240")
     wait_api(serve, f"http://127.0.0.1:{port}")
