@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.build import accel as build_accel
+from sandbox.build import compiler as build
 from sandbox.config import JudgeConfig
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -18,6 +20,18 @@ def corpus_meta(path: Path) -> dict[str, str]:
     """The `expect:`, `task:` and `diagnosis:` lines from a corpus file's header (docstring or comment)."""
     head = path.read_text(encoding="utf-8")[:3000]
     return {key: value for key, value in _HEADER.findall(head)}
+
+
+def offered_no_accelerator(code: str, config: JudgeConfig, target: str = "cpu") -> bool:
+    """Whether a build of this candidate code is given no accelerator: no PCH variant is wanted for it, and its
+    build child gets exactly the environment and binds of a build without the accelerators (sandbox/build/compiler.py
+    `offer_accelerators`, what the child is started with). Such a build runs the same commands either way, so the
+    differential tests build it once."""
+    if build_accel.wanted_flag_sets(code):
+        return False
+    offer = build.offer_accelerators(config, target, code)
+    bare = build.offer_accelerators(replace(config, precompiled_headers=False), target, code)
+    return (offer.env, offer.binds) == (bare.env, bare.binds)
 
 
 @pytest.fixture(scope="session")

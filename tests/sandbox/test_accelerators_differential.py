@@ -25,14 +25,13 @@ from pathlib import Path
 import pytest
 
 from sandbox.build import accel as build_accel
-from sandbox.build import compiler as build
 from sandbox import execute
 from sandbox.config import JudgeConfig
 from sandbox.extract import extract_candidate
 from sandbox.pipeline import PreparedCandidate, prepare
 from sandbox.verdict import Verdict
 
-from .conftest import CORPUS, corpus_meta
+from .conftest import CORPUS, corpus_meta, offered_no_accelerator
 from .test_corpus import FILES as CORPUS_FILES
 
 CPP_FILES = [p for p in sorted((CORPUS / "cpu").glob("*"))
@@ -54,15 +53,6 @@ def _stage_outcome(prepared: PreparedCandidate | Verdict) -> str:
 
 def _log(prepared: PreparedCandidate | Verdict) -> str:
     return prepared.compile_log or ""
-
-
-def _offered_nothing(path: Path, config: JudgeConfig) -> bool:
-    """Whether this file's build child gets no accelerator at all: the environment and binds of a build without
-    them (sandbox/build/compiler.py `offer_accelerators`, what the build child is started with)."""
-    text = extract_candidate(path.read_text(encoding="utf-8"))
-    offer = build.offer_accelerators(config, "cpu", text)
-    bare = build.offer_accelerators(replace(config, precompiled_headers=False), "cpu", text)
-    return (offer.env, offer.binds) == (bare.env, bare.binds)
 
 
 def _precompilable(path: Path) -> bool:
@@ -91,7 +81,8 @@ def test_accelerators_never_change_a_verdict(judge_config: JudgeConfig, tmp_path
     # of its own, so that no accelerated outcome can be reused there.
     on = judge_config
     off = replace(judge_config, build_root=tmp_path / "off", precompiled_headers=False)
-    once = {path for path in BOTH_WAYS if not _precompilable(path) and _offered_nothing(path, on)}
+    once = {path for path in BOTH_WAYS
+            if offered_no_accelerator(extract_candidate(path.read_text(encoding="utf-8")), on)}
     assert once == {CORPUS / "cpu" / "model_cross_entropy_std17.py", CORPUS / "cpu" / "model_kl_div_std14.py"}, once
     runs = [(path, config) for path in BOTH_WAYS for config in (on, off) if config is on or path not in once]
     with ThreadPoolExecutor(max_workers=2) as pool:  # two builds at once: one per core of the CI machine

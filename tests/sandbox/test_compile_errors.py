@@ -28,7 +28,7 @@ from sandbox.extract import ExtractionError, extract_candidate
 from sandbox.pipeline import PreparedCandidate, prepare
 from sandbox.verdict import Verdict
 
-from .conftest import CORPUS, corpus_meta
+from .conftest import CORPUS, corpus_meta, offered_no_accelerator
 
 EXT = Path("/build/ext/kl_cpp")
 
@@ -257,17 +257,12 @@ def _cases() -> dict[str, tuple[str, str]]:
 
 
 def _offered_nothing(text: str, config: JudgeConfig) -> bool:
-    """Whether a build of this text is given no accelerator (no PCH variant is wanted, nothing else is offered on
-    the CPU): its build child then starts exactly as without them (sandbox/build/compiler.py `offer_accelerators`)."""
+    """Whether a build of this text is given no accelerator (False for a text with no code: it is decided before
+    any build, both ways)."""
     try:
-        source = extract_candidate(text)
+        return offered_no_accelerator(extract_candidate(text), config)
     except ExtractionError:
-        return False  # decided before any build, both ways
-    if build_accel.wanted_flag_sets(source):
         return False
-    offer = build.offer_accelerators(config, "cpu", source)
-    bare = build.offer_accelerators(replace(config, precompiled_headers=False), "cpu", source)
-    return (offer.env, offer.binds) == (bare.env, bare.binds)
 
 
 def _outcome(prepared: PreparedCandidate | Verdict) -> str:
