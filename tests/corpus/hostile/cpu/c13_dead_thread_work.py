@@ -3,10 +3,10 @@ r"""Class 13 (issue 25): the call's work runs in a thread that is joined before 
 On the CPU the child times each call by its host clock around forward(), so a thread joined inside forward()
 is inside the timed interval, and one that outlives the call is refused as a stray thread: a dead thread alone
 buys nothing. What it can do is hide work from the parent's check on a forged time. During a timed call (`go`)
-this candidate runs its slow C++ kernel in a thread it starts and joins, writes its own `go` reply claiming a
-third of the CPU time the work took straight to the result pipe, and points the pipe at /dev/null until the
-call's inputs are freed, so the harness's genuine reply is lost (as tests/sandbox/candidates/forged_go_reply.py
-does).
+this candidate runs its slow C++ kernel in a thread it starts, joins and waits out (until its task is gone from
+/proc), writes its own `go` reply claiming a third of the CPU time the work took straight to the result pipe, and
+points the pipe at /dev/null until the call's inputs are freed, so the harness's genuine reply is lost (as
+tests/sandbox/candidates/forged_go_reply.py does).
 
 Against the parent's CPU time of the round trip summed over the threads alive at the reading, the work vanished
 with its thread: what was left was the main thread blocked in join() and the harness, and it was ranked `correct`
@@ -57,6 +57,14 @@ ESTIMATE_CALLS = 4
 batches: this candidate tells the phases apart by that alone (no frame, no garbage-collector walk)."""
 
 
+def _wait_until_gone(tid: int) -> None:
+    """join() returns when the thread's Python state is released, before its kernel task has exited; on a loaded
+    machine that task can still be listed when the parent reads, its time with it. Wait until it is gone."""
+    deadline = time.monotonic() + 2.0
+    while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
 def _restore(saved: int) -> None:
     os.dup2(saved, RES_FD)
     os.close(saved)
@@ -84,7 +92,8 @@ class ModelNew(nn.Module):
 
         worker = threading.Thread(target=work)
         worker.start()
-        worker.join()  # no thread is left alive when the parent reads the sandbox's CPU time
+        worker.join()
+        _wait_until_gone(worker.native_id)  # no thread is left alive when the parent reads the sandbox's CPU time
         out = box["out"]
         payload = out.reshape(1).numpy().tobytes()
         claim = box["cpu_ms"] / 3  # a third of the CPU time the work took (not wall time: the same under load)
