@@ -2,15 +2,15 @@ r"""Class 13 (issue 25), on the GPU: each timed call's work runs in a thread joi
 batch's reply is forged with a third of the time.
 
 Each timed call starts a thread that launches a slow kernel (the loss computed PASSES times over, averaged) and
-spins on the stream until it is done, then joins it: the device work and the host's whole wait are that thread's,
-and the main thread sleeps in join(). The candidate learns the batch's length from the first timed batch (its calls
-follow each other at once, the next batch comes after a pause while the judge arms fresh inputs). At the last call
-of every later batch it writes its own `go` reply (its outputs, each call's time divided by three) straight to the
-result pipe, and points the pipe at /dev/null until the call's inputs are freed, so the harness's genuine reply is
-lost (as the CPU version in tests/corpus/hostile/cpu/ does). No thread but the main one is alive when a batch ends
-or when the parent reads the sandbox's CPU time, no signal handler is installed, and nothing the judge seals is
-touched (a relay thread alive at the batch's end, or a SIGIO handler that edits the genuine reply, are refused as
-such).
+spins on the stream until it is done, then joins it and waits until its task is gone from /proc: the device work and
+the host's whole wait are that thread's, and the main thread sleeps in join(). The candidate learns the batch's
+length from the first timed batch (its calls follow each other at once, the next batch comes after a pause while the
+judge arms fresh inputs). At the last call of every later batch it writes its own `go` reply (its outputs, each
+call's time divided by three) straight to the result pipe, and points the pipe at /dev/null until the call's inputs
+are freed, so the harness's genuine reply is lost (as the CPU version in tests/corpus/hostile/cpu/ does). No thread
+but the main one is alive when a batch ends or when the parent reads the sandbox's CPU time, no signal handler is
+installed, and nothing the judge seals is touched (a relay thread alive at the batch's end, or a SIGIO handler that
+edits the genuine reply, are refused as such).
 
 The CUDA events are honest but never reported, so only the parent's own measurements can see the lie. The CPU
 time summed over the threads alive at the reading held only the harness's own work (the spinning threads had
@@ -113,6 +113,14 @@ BATCH_GAP_S = 0.003
 truth computed in fp64), which takes far longer: a pause this long since the last call starts a batch."""
 
 
+def _wait_until_gone(tid: int) -> None:
+    """join() returns when the thread's Python state is released, before its kernel task has exited; on a loaded
+    host that task can still be listed when the parent reads, its time with it. Wait until it is gone."""
+    deadline = time.monotonic() + 2.0
+    while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
 def _restore(saved: int) -> None:
     os.dup2(saved, RES_FD)
     os.close(saved)
@@ -142,6 +150,7 @@ class ModelNew(nn.Module):
         worker = threading.Thread(target=work)
         worker.start()
         worker.join()
+        _wait_until_gone(worker.native_id)
         return box["out"], (time.perf_counter() - started) * 1e3
 
     def _forge_reply(self, predictions) -> None:
