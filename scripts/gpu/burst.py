@@ -9,7 +9,8 @@ and baseline caches under --work, waits for /readyz, mints a key, POSTs --count 
 is sent before any answer is awaited), follows each to its verdict and writes burst.md and burst.json to --out:
 
 - the time from the burst to the last verdict;
-- every candidate's verdict against the one its corpus file declares (`expect:`);
+- every candidate's verdict against the one its corpus file declares (`expect:`); a file in a kernel language this
+  host lacks (sandbox/languages.py) is expected to be refused for that, as compile_error naming the package;
 - the device holds (service.observability.timeline, the same code as scripts/bench/bench_multi_device.py): each
   device's busy fraction over the burst and over its device stage, device seconds per candidate, the longest hold
   of each candidate, and the holds longer than the slowest honest (`expect: correct`, judged correct) one.
@@ -24,6 +25,7 @@ the exit status is 1, as it is when any verdict differs from its declaration.
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import datetime as dt
 import fnmatch
@@ -38,6 +40,7 @@ from pathlib import Path
 
 import httpx
 
+from sandbox import languages
 from service.client import JudgeClient
 from service.client.errors import JudgeError
 from service.db.session import Database
@@ -58,6 +61,19 @@ def declared(path: Path) -> dict[str, str]:
     return dict(HEADER.findall(path.read_text(encoding="utf-8", errors="replace")[:3000]))
 
 
+def absent_language(source: str) -> str | None:
+    """The package of a kernel language the file imports and this host lacks (the serve started here runs this
+    interpreter): the judge refuses such a file as a language it cannot run, whatever its header declares."""
+    tops = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            tops.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            tops.add(node.module.split(".")[0])
+    return next((language.module for language in languages.LANGUAGES if language.module in tops
+                 and not languages.installed(language.module)), None)
+
+
 def candidates(dirs: list[Path], count: int, include: list[str], exclude: list[str], same_copies: bool
                ) -> list[dict]:
     files = [p for d in dirs for p in sorted(d.iterdir()) if p.is_file() and p.suffix in (".py", ".md")
@@ -72,8 +88,10 @@ def candidates(dirs: list[Path], count: int, include: list[str], exclude: list[s
         if copy and not same_copies:
             source += f"\n# burst copy {copy}\n"
         meta = declared(path)
+        absent = absent_language(source)
         out.append({"file": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path), "copy": copy,
-                    "task": meta["task"], "expect": meta["expect"], "source": source})
+                    "task": meta["task"], "expect": "compile_error" if absent else meta["expect"],
+                    "declared": meta["expect"], "absent_language": absent, "source": source})
     return out
 
 
@@ -172,11 +190,16 @@ def row_of(cand: dict, sub: dict) -> dict:
     verdict = sub.get("verdict") or {}
     status = verdict.get("status") or sub.get("stage")
     cost = (verdict.get("details") or {}).get("cost") or {}
+    diagnosis = verdict.get("diagnosis") or ""
+    as_expected = sub["status"] == "done" and bool(re.fullmatch(cand["expect"], status or ""))
+    if cand.get("absent_language"):  # refused for the missing language, not for anything else in the file
+        as_expected = as_expected and f"{cand['absent_language']!r} is not installed here" in diagnosis
     return {"id": sub["id"], "file": cand["file"], "copy": cand["copy"], "task": cand["task"],
-            "expect": cand["expect"], "status": status, "done": sub["status"] == "done",
-            "as_expected": sub["status"] == "done" and bool(re.fullmatch(cand["expect"], status or "")),
+            "expect": cand["expect"], "declared": cand.get("declared", cand["expect"]),
+            "absent_language": cand.get("absent_language"), "status": status, "done": sub["status"] == "done",
+            "as_expected": as_expected,
             "attempts": sub.get("attempts"), "finished_at": (sub.get("timestamps") or {}).get("finished_at"),
-            "held_s_verdict": cost.get("device_held_s"), "diagnosis": (verdict.get("diagnosis") or "")[:200]}
+            "held_s_verdict": cost.get("device_held_s"), "diagnosis": diagnosis[:200]}
 
 
 def markdown(report: dict) -> str:
@@ -185,7 +208,9 @@ def markdown(report: dict) -> str:
              f"{report['distinct_files']} files)", "",
              f"- time from the burst to the last verdict: **{report['last_verdict_s']:.1f} s** "
              f"({report['done']} of {report['count']} done)",
-             f"- verdicts as declared: **{report['as_expected']} of {report['count']}**",
+             f"- verdicts as declared: **{report['as_expected']} of {report['count']}**"
+             + (f" ({absent} of them files in a kernel language this host lacks, expected to be refused as such)"
+                if (absent := sum(bool(r.get("absent_language")) for r in report["candidates"])) else ""),
              "- busy fraction over the burst: "
              + ", ".join(f"{k} {v:.0%}" for k, v in h["busy_fraction_burst"].items()),
              "- busy fraction over the device stage: "
@@ -197,7 +222,9 @@ def markdown(report: dict) -> str:
              "| file | copy | expected | verdict | ok | attempts | longest hold s |", "|---|---|---|---|---|---|---|"]
     for r in report["candidates"]:
         hold = "-" if r["longest_hold_s"] is None else f"{r['longest_hold_s']:.2f}"
-        lines.append(f"| {r['file']} | {r['copy']} | {r['expect']} | {r['status']} | "
+        expected = r["expect"] if not r.get("absent_language") else \
+            f"{r['expect']} ({r['absent_language']} not installed; declares {r['declared']})"
+        lines.append(f"| {r['file']} | {r['copy']} | {expected} | {r['status']} | "
                      f"{'yes' if r['as_expected'] else '**NO**'} | {r['attempts']} | {hold} |")
     lines += ["", "```", h["summary"], "```", ""]
     return "\n".join(lines)

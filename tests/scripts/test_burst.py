@@ -54,3 +54,31 @@ def test_burst_script_on_the_cpu_reports_every_verdict_and_the_holds(tmp_path):
     assert 0 < report["last_verdict_s"] < 360
     text = (out / "burst.md").read_text()
     assert "verdicts as declared: **6 of 6**" in text and (out / "timeline.svg").read_text().startswith("<svg")
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_a_file_in_a_kernel_language_the_host_lacks_is_expected_refused_for_it(installed, monkeypatch):
+    """A fresh GPU host without the [languages] extra judged every CuTe and TileLang file compile_error 'not
+    installed here' (7 of 64, 2026-11-27): the verdict the judge gives such a host, which the burst expects there."""
+    from scripts.gpu import burst
+    from sandbox import languages
+
+    monkeypatch.setattr(languages, "installed", lambda module: installed)
+    dirs = [ROOT / d for d in burst.CORPUS["cuda"]]
+    by_file = {c["file"].rsplit("/", 1)[1]: c for c in burst.candidates(dirs, 200, ["*"], [], False)}
+    tilelang, cute, cuda = by_file["kl_div_tilelang.py"], by_file["c1_cute_kernel_never_launched.py"], \
+        by_file["kl_div_fast.py"]
+    assert cuda["expect"] == "correct" and cuda["absent_language"] is None
+    assert tilelang["declared"] == "correct" and cute["declared"] == "policy_violation"
+    if installed:
+        assert tilelang["expect"] == "correct" and cute["expect"] == "policy_violation"
+        assert tilelang["absent_language"] is cute["absent_language"] is None
+    else:
+        assert tilelang["expect"] == cute["expect"] == "compile_error"
+        assert (tilelang["absent_language"], cute["absent_language"]) == ("tilelang", "cutlass")
+    # The verdict must name the missing package: a compile error for another reason is not the one expected.
+    sub = {"id": "x", "status": "done", "verdict": {"status": "compile_error", "diagnosis": "line 3: syntax"}}
+    named = {**sub, "verdict": {"status": "compile_error", "diagnosis": "line 14: imports tilelang (TileLang), a "
+                                "kernel language this judge cannot run: 'tilelang' is not installed here."}}
+    assert burst.row_of(tilelang, named)["as_expected"] is not installed
+    assert burst.row_of(tilelang, sub)["as_expected"] is False
