@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,7 +30,8 @@ import tempfile
 from pathlib import Path
 
 from sandbox import JudgeConfig, judge
-from sandbox.execution.plausibility import MIN_CLAIM_FRACTION, RUN_NOISE_MS
+from sandbox.execution import plausibility
+from sandbox.execution.plausibility import MIN_CLAIM_FRACTION, MIN_CLAIM_FRACTION_TRAINING, RUN_NOISE_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,21 +42,47 @@ CUDA_DEFAULT = ["tests/corpus/cuda/kl_div_fast.py", "tests/corpus/cuda/kl_div_na
 
 
 def busy(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen(["timeout", "1800", sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """N busy loops, each bounded by `timeout` and in a session of its own, so that stopping one stops the loop too
+    (a SIGKILL to `timeout` alone left its loop running into the next load level)."""
+    return [subprocess.Popen(["timeout", "1800", sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(n)]
+
+
+def rule_margins(seen: list[tuple[bool, float, float, str]]) -> str:
+    """Each reading of `plausibility.timing_bound` during one judging: the median claim over the rule's floor
+    (`call_floor_ms`, noise included), against the fraction it must reach; a training variant's step and its
+    forward alone are read by the training fraction."""
+    return "; ".join(f"{'training' if training else 'forward'} {claim / floor if floor else float('inf'):.3f} "
+                     f"(>= {(MIN_CLAIM_FRACTION_TRAINING if training else MIN_CLAIM_FRACTION)[kind]})"
+                     for training, claim, floor, kind in seen)
 
 
 def measure(path: Path, device: str, config: JudgeConfig) -> dict:
     task = re.search(r"^task:\s*(\S+)", path.read_text(), re.MULTILINE).group(1)
-    verdict = judge(task, path.read_text(), device, config=config)
+    seen: list[tuple[bool, float, float, str]] = []
+    rule = plausibility.timing_bound
+
+    def recorded(claims_ms, windows_ms, runs_ms, empty_runs_ms, device_type="cpu", *, training=False):
+        seen.append((training, statistics.median(claims_ms), plausibility.call_floor_ms(runs_ms, empty_runs_ms),
+                     "cuda" if device_type == "cuda" else "cpu"))
+        return rule(claims_ms, windows_ms, runs_ms, empty_runs_ms, device_type, training=training)
+
+    # The step's and the forward alone's readings too (sandbox/execution/training.py reads the module's function).
+    plausibility.timing_bound = recorded
+    try:
+        verdict = judge(task, path.read_text(), device, config=config)
+    finally:
+        plausibility.timing_bound = rule
     timing = verdict.details.get("timing") or {}
     if not timing.get("claims_ms"):
-        return {"name": path.name, "status": verdict.status.value, "diagnosis": verdict.diagnosis[:200]}
+        return {"name": path.name, "status": verdict.status.value, "diagnosis": verdict.diagnosis[:200],
+                "margins": rule_margins(seen)}
     claim = statistics.median(timing.get("batch_claims_ms") or timing["claims_ms"])  # per call, batch means
     run, empty = statistics.median(timing["runs_ms"]), timing["empty_call_run_ms"]
     return {
         "name": path.name, "status": verdict.status.value, "claim": claim, "run": run, "empty": empty,
         "ratio": claim / max(run - empty, 1e-9), "window": timing["window_median_ms"],
-        "load_average": os.getloadavg()[0],
+        "load_average": os.getloadavg()[0], "margins": rule_margins(seen),
     }
 
 
@@ -80,14 +108,15 @@ def main() -> None:
                 for path in paths:
                     r = measure(path, args.device, config)
                     if "claim" not in r:
-                        print(f"{load:>4} {r['name']:<36} {r['status']:<16} {r['diagnosis']}")
+                        print(f"{load:>4} {r['name']:<36} {r['status']:<16} {r['diagnosis']} [{r['margins']}]")
                         continue
                     print(f"{load:>4} {r['name']:<36} {r['status']:<16} {r['claim']:>9.4f} {r['run']:>8.4f} "
-                          f"{r['empty']:>7.4f} {r['ratio']:>6.3f} {r['window']:>9.4f} {r['load_average']:>7.2f}",
+                          f"{r['empty']:>7.4f} {r['ratio']:>6.3f} {r['window']:>9.4f} {r['load_average']:>7.2f} "
+                          f"[{r['margins']}]",
                           flush=True)
         finally:
             for proc in procs:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
 

@@ -52,7 +52,7 @@ def test_a_refinement_episode_ends_on_a_correct_kernel(judge):
     assert wrong.status == "incorrect" and not wrong.done and wrong.turn == 1
     assert wrong.feedback.startswith("The judge rejected your kernel: incorrect.") and "trial" in wrong.feedback
     right = asyncio.run(env.step_async(KernelAction(code=COMPLETION_OF_CORRECT)))
-    assert right.status == "correct" and right.done and right.reward > 0.4
+    assert right.status == "correct" and right.done and right.reward > 0.4, right.feedback
     assert right.metadata["infra_failure"] is False and right.metadata["submission_id"]
     assert env.state.turn == 2 and env.state.best_reward == right.reward and env.state.last_status == "correct"
     # a new episode, and a hack ends it at once with the penalty
