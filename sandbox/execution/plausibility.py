@@ -43,20 +43,37 @@ measured with scripts/experiments/measure_timing_bound.py on honest candidates, 
   rule catches an understatement past ~2.5x on calls of 0.7 ms and more, past
   ~4x on a 0.3 ms call; the CPU profile exists to test the pipeline, and its forgeries of the clock itself are
   caught by the identity snapshots, not by this rule.
+  Its limit is load (the same machine, 2026-11-27, scripts/experiments/measure_timing_bound.py, the rule's own
+  claim / floor): kl_div_cpp_correct and cross_entropy_cpp_correct read 0.59-0.72 idle, 0.53-0.68 with one busy
+  loop, 0.50-0.55 with three; and in the full test suite beside one more busy loop (load average 4-6 on 2 cores)
+  kl_div_cpp_correct read 0.40 once (1.02 ms claimed, 2.53 ms floor) and was flagged. A real call's round trip
+  holds more CPU than its claim and an empty batch's together: 0.26-0.40 ms idle, ~0.6 ms with three busy loops,
+  ~1.6 ms in that suite run (where it goes is not yet known: no thread of the child's runs beside it); an empty batch
+  measured beside each timed one would follow the load, but after candidate code has run (a finalizer of its
+  inputs could run in it and lower the floor), so the empty batches stay before the candidate is loaded.
 - GPU (H100, 2026-11-23, docs/results/timing-bound-h100-2026-11-23.log: kl_div_fast, cross_entropy_fast,
   kl_div_triton, batches of 3-8 calls): 0.89-0.95 idle, 0.81-0.88 with 16 busy loops on the 16 cores (the
   host spins in the synchronisation while the device works, so the accounted time is the call's plus the
   host's own share; an empty batch measured under load accounts less, which lowers the ratio). 0.65 is 20%
   under the lowest honest figure: a claim understated by more than 1.54x is caught, and on the fast kernels
   (over 75% of speed-of-light) an understatement that large is also over the speed-of-light limit."""
-MIN_CLAIM_FRACTION_TRAINING = {"cpu": 0.6, "cuda": 0.45}
+MIN_CLAIM_FRACTION_TRAINING = {"cpu": 0.45, "cuda": 0.45}
 """The same for the training variants' timed calls (the step, and the forward alone). Their round trips
 carry per-call host work of the judge's own that an empty call has not: a gradient-requiring leaf per call,
 and the batch's and the previous batch's gradients kept alive for the recycled-gradient check, so every
 step's 1 GiB gradient is a fresh allocation. On the H100 (docs/results/, 2026-11-23, batches of
 1 kl_div and 5 cross_entropy steps) honest claim / floor was 0.73-0.90 for the step and 0.58-0.72 for the
 forward alone, and 0.65 flagged three honest kernels; 0.45 is 23% under the lowest. An understatement past
-2.2x is caught here, and on a fast kernel the speed-of-light rule bounds it more tightly."""
+2.2x is caught here, and on a fast kernel the speed-of-light rule bounds it more tightly.
+
+On the CPU the forward alone is a short call (~1 ms for the four honest C++ training files) beside that work, so
+its ratio is the lowest of all (scripts/experiments/measure_timing_bound.py, the 2-core machine, 2026-11-27,
+docs/results/timing-bound-cpu-2026-11-27.md): the step 0.80-0.92 idle, 0.73-0.79 with one busy loop and 0.68-0.79
+with three; the forward alone 0.66-0.81 idle, 0.57-0.73 with one busy loop, 0.535-0.66 with three, and 0.54-0.59
+in the full test suite beside one busy loop. The 0.6 this was before flagged honest files in each of those loads
+(tamper_detected, "forward alone"); 0.45 is 16% under the lowest, the CPU's forward fraction, and catches an idle
+understatement of the forward alone past 1.5-1.8x and of the step past 1.8-2.0x. With it, seven judgings of the
+four files beside four busy loops were all correct (the forward alone 0.57-0.66)."""
 RUN_NOISE_MS = 0.1
 """How much more CPU a real call's round trip may take, per call, beyond its own work than an empty call's
 (the module call, pybind, the candidate's Python, a larger output path). It is paid by every call of a batch:
