@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import languages
+from scripts.gpu import burst
 from tests.sandbox.conftest import corpus_meta
 from tests.service.conftest import free_port
 
@@ -60,9 +62,6 @@ def test_burst_script_on_the_cpu_reports_every_verdict_and_the_holds(tmp_path):
 def test_a_file_in_a_kernel_language_the_host_lacks_is_expected_refused_for_it(installed, monkeypatch):
     """A fresh GPU host without the [languages] extra judged every CuTe and TileLang file compile_error 'not
     installed here' (7 of 64, 2026-11-27): the verdict the judge gives such a host, which the burst expects there."""
-    from scripts.gpu import burst
-    from sandbox import languages
-
     monkeypatch.setattr(languages, "installed", lambda module: installed)
     dirs = [ROOT / d for d in burst.CORPUS["cuda"]]
     by_file = {c["file"].rsplit("/", 1)[1]: c for c in burst.candidates(dirs, 200, ["*"], [], False)}
