@@ -63,13 +63,19 @@ def declared(path: Path) -> dict[str, str]:
 
 def absent_language(source: str) -> str | None:
     """The package of a kernel language the file imports and this host lacks (the serve started here runs this
-    interpreter): the judge refuses such a file as a language it cannot run, whatever its header declares."""
-    tops = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            tops.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            tops.add(node.module.split(".")[0])
+    interpreter): the judge refuses such a file as a language it cannot run, whatever its header declares. A raw
+    completion (.md) or a file that does not parse is read line by line for its import statements."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tops = set(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", source, re.M))
+    else:
+        tops = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                tops.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                tops.add(node.module.split(".")[0])
     return next((language.module for language in languages.LANGUAGES if language.module in tops
                  and not languages.installed(language.module)), None)
 

@@ -75,6 +75,10 @@ def test_a_file_in_a_kernel_language_the_host_lacks_is_expected_refused_for_it(i
     else:
         assert tilelang["expect"] == cute["expect"] == "compile_error"
         assert (tilelang["absent_language"], cute["absent_language"]) == ("tilelang", "cutlass")
+    # A raw completion, or a file that does not parse, is read for its import lines (the CPU corpus has both).
+    completion = "Here is my kernel.\n\n```python\nimport torch\nimport tilelang.language as T\n```\n"
+    assert burst.absent_language(completion) == (None if installed else "tilelang")
+    assert burst.absent_language("<!-- no code here -->\n") is None
     # The verdict must name the missing package: a compile error for another reason is not the one expected.
     sub = {"id": "x", "status": "done", "verdict": {"status": "compile_error", "diagnosis": "line 3: syntax"}}
     named = {**sub, "verdict": {"status": "compile_error", "diagnosis": "line 14: imports tilelang (TileLang), a "
