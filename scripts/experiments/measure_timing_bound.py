@@ -7,7 +7,9 @@ For each honest candidate, judged for real (isolated child, fresh seed per timed
   reply), per call; empty: the same for an empty batch, measured before the candidate is loaded;
 - ratio: claim / (run - empty), 1.0 when the claim is exactly the CPU work of the call; the rule
   (`plausibility.timing_bound`) flags a median claim below MIN_CLAIM_FRACTION x (run - empty - noise);
-- window: the median wall time of the round trips, to show what waiting for a CPU adds under load.
+- window: the median wall time of the round trips, to show what waiting for a CPU adds under load;
+- in brackets, each reading of the rule itself during the judging (a training file's step, then its forward
+  alone): the median claim over `call_floor_ms`, against the fraction it must reach.
 
 With `--load N` the same judging runs while N pure-Python busy loops saturate the CPUs (each bounded by
 `timeout`), the situation of a worker whose compile pool is busy while a GPU job is timed.
