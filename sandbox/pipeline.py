@@ -150,6 +150,11 @@ def _rejection(result: compiler.BuildResult, task_id: TaskId, target: str, code_
                         task_id, target, code_sha256, details={"stage": "compile",
                                                                "infrastructure": result.infrastructure},
                         **fields)
+    if result.broken_protocol:
+        return _verdict(Status.COMPILE_ERROR, "the build stage's result channel carried a message that is not the "
+                        f"judge's ({result.broken_protocol}): code that ran while the candidate was imported wrote on "
+                        "the judge's pipe, or ended the process in the middle of its answer", task_id, target,
+                        code_sha256, details={"stage": "compile", "rule": "protocol"}, **fields)
     if result.refused:
         return _verdict(Status.POLICY_VIOLATION, f"the build left {result.refused}: a build directory may hold only "
                         "regular files and directories", task_id, target, code_sha256,
@@ -249,10 +254,14 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
             # build's lock file made torch wait there until the load limit, holding the device.
             return compiler.BuildResult(ok=False, build_failed=True, log=failure.stderr,
                                      seconds=time.monotonic() - started, error=error)
-        if failure.kind in ("oom", "protocol") or failure.signal_name == "SIGKILL":
-            # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran) or a garbled
-            # reply: the build has no outcome to judge. The service retries a system_error a bounded number of
-            # times, so a candidate that does this to itself on purpose ends there.
+        if failure.kind == "protocol":
+            # The child's only message is written after the candidate's import ran, in the candidate's process: a
+            # garbled or forged frame is the candidate's doing (issue 39), never a retry of the judge's.
+            return _broken(str(failure), failure.stderr, started)
+        if failure.kind == "oom" or failure.signal_name == "SIGKILL":
+            # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran): the build has no
+            # outcome to judge. The service retries a system_error a bounded number of times, so a candidate that
+            # does this to itself on purpose ends there.
             return ours(f"the build child failed: {failure}", failure.stderr, error)
         # It exited, or faulted, while importing the candidate: the candidate's doing, judged where it happens
         # again, in the execution child (an exit at import is tampering; a crash, a runtime error).
@@ -265,7 +274,7 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
     try:
         header = msg.parse_reply(reply.header, msg.BuildReply)
     except msg.ProtocolError as exc:
-        return ours(f"the build child broke the protocol: {exc}", log)
+        return _broken(str(exc), log, started)
     error = header.error.model_dump() if header.error else None
     if error:
         log = f"{error['message']}\n{log}"
@@ -273,6 +282,12 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
     return compiler.BuildResult(ok=header.ok, build_failed=header.build_failed, log=log,
                              seconds=time.monotonic() - started, error=error, tripwire_hits=tuple(header.tripwire_hits),
                              infrastructure=why)
+
+
+def _broken(why: str, log: str, started: float) -> compiler.BuildResult:
+    """A build child whose message was not one: the candidate's outcome (`BuildResult.broken_protocol`)."""
+    return compiler.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
+                                error={"type": "protocol", "message": why}, broken_protocol=why)
 
 
 def judge(task_id: TaskId | str, raw_source: str, device: str = "cpu", *, config: JudgeConfig | None = None) -> Verdict:

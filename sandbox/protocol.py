@@ -122,10 +122,14 @@ Names = Annotated[list[Annotated[str, Field(max_length=2000)]], Field(max_length
 
 
 class Calibrate(Message):
-    """Before the candidate exists: measure the clocks' own overhead."""
+    """Before the candidate exists: measure the clocks' own overhead, and what making a timed call's inputs costs
+    the host (`shape` and `distributions`: the timing's), which sizes the lead before each timed call
+    (sandbox/execution/timing.py, `DeviceClock.size_lead`)."""
 
     op: Literal["calibrate"] = "calibrate"
     reps: int
+    shape: Shape = []
+    distributions: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] = []
 
 
 class Load(Message):
@@ -156,42 +160,40 @@ class Estimate(Message):
 
 
 MAX_BATCH = 64
-"""Most timed calls armed together (each with its own input set resident on the device)."""
+"""Most timed calls in one batch."""
 
 
 class ArmedCall(Message):
-    """One more timed call of a batch: its own distribution and a seed the child has not seen."""
+    """One timed call of a batch: its own distribution and a seed the child has not seen."""
 
-    distribution: str
+    distribution: Annotated[str, Field(max_length=64)]
     seed: int
 
 
 class Arm(Message):
-    """Generate a batch of timed calls' inputs, each from its own fresh seed, fingerprint them, wait for Go.
+    """Prepare a batch of `calls` timed calls: the host buffers its window copies the outputs into, and (training) the
+    gradients it keeps. No inputs and no seeds: each call's inputs are made inside `go`, just before the call (issue
+    39: work done on them before `go` is impossible, not merely forbidden).
 
-    The first call is `distribution`/`seed`, the rest `more`: `go` then runs them back to back (see
-    sandbox/execution/timing.py, `time_batch`). `null` arms do-nothing calls without inputs (before the candidate is
-    loaded): the parent measures what a round trip costs around calls that take no time.
+    `null` arms do-nothing calls without inputs (before the candidate is loaded): the parent measures what a round
+    trip costs around calls that take no time.
     """
 
     op: Literal["arm"] = "arm"
+    calls: Annotated[int, Field(ge=1, le=MAX_BATCH)]
     shape: Shape
-    distribution: str
-    seed: int
-    more: Annotated[list[ArmedCall], Field(max_length=MAX_BATCH - 1)] = []
     null: bool = False
-
     forward_only: bool = False
     """Training tasks: time the forward alone (the loss, with grad enabled), not forward + backward."""
 
-    def calls(self) -> list[ArmedCall]:
-        return [ArmedCall(distribution=self.distribution, seed=self.seed), *self.more]
-
 
 class Go(Message):
-    """Run the armed call now, timed; reply at once with the output and the measured time."""
+    """Run the armed batch now: for each call, make its inputs from its seed, then call it, timed (sandbox/execution/
+    timing.py, `time_batch`); reply at once with the outputs and the measured times."""
 
     op: Literal["go"] = "go"
+    shape: Shape
+    calls: Annotated[list[ArmedCall], Field(min_length=1, max_length=MAX_BATCH)]
 
 
 class Inspect(Message):
@@ -309,6 +311,12 @@ class Ready(Reply):
 class CalibrateReply(Reply):
     op: Literal["calibrate"]
     host_overhead_ms: float
+    flush_ms: float = 0.0
+    """A GPU flush's device time (the L2 eviction before each call, and the lead's unit)."""
+    lead_flushes: int = 0
+    """Flushes before each timed call (the lead), sized from `make_host_ms`."""
+    make_host_ms: float = 0.0
+    """The host's time to queue (GPU) or do (CPU) the making of one timed call's inputs, the slowest distribution's."""
 
 
 class LoadReply(Reply):
@@ -333,14 +341,11 @@ class EstimateReply(Reply):
 
 
 Batch = Annotated[list[Fingerprints], Field(max_length=MAX_BATCH)]
+Spans = Annotated[list[float], Field(max_length=MAX_BATCH)]
 
 
 class ArmReply(Reply):
     op: Literal["arm"]
-    before: Fingerprints
-    """The first call's inputs (a training task's child fills this alone)."""
-    before_all: Batch = []
-    """Every armed call's inputs, in order (the first included)."""
 
 
 class GoReply(Reply):
@@ -351,12 +356,17 @@ class GoReply(Reply):
     shape: Shape
     time_ms: float
     """The child's claim: what a call took (events on a GPU, the host clock on the CPU)."""
-    times_ms: Annotated[list[float], Field(max_length=MAX_BATCH)] = []
+    times_ms: Spans = []
     """Each call's own time, in order."""
     host_ms: float
-    """The host clock around the whole batch, device-wide synchronisation included."""
+    """The host clock around the whole batch, device-wide synchronisation included, less the judge's own work in it."""
     event_ms: float | None = None
     hidden_work: bool
+    made_ms: Spans = []
+    """Each call's judge-side span before it: GPU, the device from its lead to its start event (the lead, the making
+    of its inputs, a flush); CPU, the host clock around the making of its inputs."""
+    idle_ms: Spans = []
+    """GPU: the device from each call's end event to the next call's lead."""
 
 
 class TraceEndReply(Reply):

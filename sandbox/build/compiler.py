@@ -200,6 +200,9 @@ class BuildResult:
     fault. A system_error, never stored: the next attempt builds again."""
     refused: str | None = None
     """What the build left in its directory that the judge will not read (a link, a special file)."""
+    broken_protocol: str | None = None
+    """Why the build child's one message was not one (malformed, or forged on the judge's pipe by code that ran at
+    the candidate's import): the candidate's outcome, a compile_error, stored like any other."""
     compile_errors: tuple[dict, ...] = ()
     """A failed compile's first errors, placed in candidate.py (sandbox/compile_errors.place; CompileError's
     fields): worked out once, from the build directory as the build left it, and stored with the outcome."""

@@ -8,7 +8,10 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
   freed memory); the trusted parent computes fp64 ground truth from the same seeds;
 - it hands back raw bytes of outputs and fingerprints of inputs; the parent rebuilds and compares;
 - seeds arrive after the candidate is imported, one per trial and one per timed call, each only when
-  its call is about to run, so nothing can be precomputed or reused (see sandbox/execution/phases.py);
+  its call is about to run, so nothing can be precomputed or reused (see sandbox/execution/phases.py); a timed
+  call's inputs are made inside `go`'s batch, right before the call, so they do not exist anywhere in this process
+  before the measured batch: whatever of the candidate's runs (a hook, a finaliser, a tracer, a native thread)
+  and whenever it runs, work on them happens inside what the judge measures (sandbox/execution/timing.py);
 - the objects it relies on (timers, synchronisation, tensor methods, its own functions) are captured
   before the import and verified unchanged after every step (`Integrity`); a change is reported as
   tampering, and so is a hook through which candidate code would run inside the harness's own steps,
@@ -27,7 +30,8 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
   device for the length of a build, so it is refused (sandbox/build/no_build.py) and the import is bounded in
   seconds by the parent (JudgeConfig.load_timeout_s);
 - the parent bounds what this process claims about time with its own clock around each timed call
-  (`arm` makes the inputs, `go` runs the call alone, `inspect` checks afterwards), and the isolation layer
+  (`arm` prepares buffers, `go` makes each call's inputs and runs it, `inspect` checks afterwards) and with the
+  device time of the judge's own work inside `go` (the parent makes the same inputs itself), and the isolation layer
   bounds what it can reach (no network, no host files, limited memory, processes, time and output).
 
 What remains possible for code in this process is written down in docs/threat-model.md.
@@ -85,6 +89,7 @@ _WATCHED = [
     "time:perf_counter", "time:monotonic", "time:perf_counter_ns",
     "torch:cuda.synchronize", "torch:cuda.Event", "torch:cuda.Event.record", "torch:cuda.Event.elapsed_time",
     "torch:cuda.Event.synchronize", "torch:cuda.max_memory_allocated", "torch:cuda.reset_peak_memory_stats",
+    "torch:cuda.memory_allocated",
     "torch:allclose", "torch:isclose", "torch:equal", "torch:testing.assert_close", "torch:sum", "torch:arange",
     "torch:zeros", "torch:empty", "torch:frombuffer", "torch:index_select", "torch:cuda.current_stream",
     "torch:Tensor", "torch:Tensor.__torch_function__", "torch:Tensor.__torch_dispatch__", "torch:Tensor.cpu",
@@ -307,7 +312,7 @@ def create_context(device: torch.device) -> None:
 
 
 class Child:
-    SEALED = ("task", "device", "source_path", "res_fd", "build_guard", "tripwires", "clock", "integrity",
+    SEALED = ("task", "device", "source_path", "res_fd", "build_guard", "tripwires", "clock", "memory", "integrity",
               "preloaded_modules", "base_python_threads", "base_native_threads", "kernel_names", "findings",
               "recorder")
     """The attributes that never change once the candidate is imported: sealed in the audit hook at `load`."""
@@ -320,12 +325,16 @@ class Child:
         self.source_path = source_path
         self.res_fd = res_fd
         self.model: torch.nn.Module | None = None
-        self.armed: tuple[Any, list[torch.Tensor], _window.Keeper] | None = None
+        self.armed: Armed | None = None
+        """The batch `arm` prepared, until `go` runs it."""
+        self.ran: list[list[torch.Tensor]] | None = None
+        """The last batch's inputs, made inside `go`, until `inspect` fingerprints them."""
+        self.peak: int | None = None
+        """The last batch's most device memory a call allocated beyond what existed before it."""
         self.window_outputs: tuple[list[object], tuple[_window.Kept, ...]] = ([], ())
         """The last batch's outputs and what was kept of them inside the window, until `inspect` compares them."""
         self.findings: list[str] = []
         """Tampering the harness found itself (its timing state edited, outputs changed after the window)."""
-        self.base_memory = 0
         self.extension_modules: frozenset[str] = frozenset()
         self.kernel_names: frozenset[str] = frozenset()
         """Read at `load`: a pre-started child (sandbox/execution/warm.py) exists before the candidate's file does."""
@@ -339,6 +348,7 @@ class Child:
         mark = self._setup_step("context", mark)
         traced = os.environ.get("JUDGE_TRACE") == "1"
         self.clock = _timing.DeviceClock(self.device, traced=traced)
+        self.memory = DeviceMemory(self.device) if self.device.type == "cuda" else None
         mark = self._setup_step("clock", mark)
         # The kernel trace (sandbox/child/recorder.py): its probe runs now, while no candidate exists, so what it
         # reports about this host is the judge's own finding.
@@ -367,19 +377,23 @@ class Child:
         self.clock.flush()
         out = torch.zeros(self.task.output_shape, dtype=self.task.output_dtype, device=self.device)
         keeper = self._keeper(1, check=False)
-        keeper.take(0, out)
+        keeper.take(0, out, [])
         _window.changed_after([out], keeper.close())
         if self.recorder is not None:
             self.recorder.exercise()
         if self._harness_probe is not None:
             self._harness_probe()
 
-    def _keeper(self, calls: int, leaves: list[torch.Tensor] = (), *, check: bool = True) -> _window.Keeper:
+    def _keeper(self, calls: int, shape: tuple[int, ...] = (), *, check: bool = True) -> _window.Keeper:
         """Host buffers for a batch's outputs, made at `arm`; at the batch's end, inside the window, the
         quick hook check (what could still run after the window closes). `check=False`: the probe's."""
         hooks = self.integrity.hooks if check else None
-        return _window.Keeper(self.device, self.task.output_shape, self.task.output_dtype, calls, leaves,
+        return _window.Keeper(self.device, self.task.output_shape, self.task.output_dtype, calls, self._leaf(shape),
                               at_close=(lambda: _audit.active_hooks(hooks, quick=True)) if check else None)
+
+    def _leaf(self, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...], torch.dtype] | None:
+        """What a training step's window samples (sandbox/child/training.py); a forward's has nothing."""
+        return None
 
     def _setup_step(self, name: str, since: float) -> float:
         now = time.monotonic()
@@ -454,7 +468,7 @@ class Child:
             names |= {f.split(".", 1)[0] for f in files if f.endswith(".so")}
         return {n for n in names if n not in self.preloaded_modules}
 
-    def _inputs(self, cmd: _protocol.Trial | _protocol.Estimate | _protocol.Arm) -> list[torch.Tensor]:
+    def _inputs(self, cmd: _protocol.Trial | _protocol.Estimate) -> list[torch.Tensor]:
         return self.task.make_inputs(tuple(cmd.shape), cmd.distribution, cmd.seed, self.device)
 
     def _output_payload(self, out: Any, inputs: list[torch.Tensor],
@@ -529,47 +543,48 @@ class Child:
         times = _timing.time_calls(self.clock, lambda: self.model(*inputs), reps=3, warmup=1)
         return _protocol.EstimateReply.success(estimate_ms=sorted(times.times_ms)[1])
 
-    # One timed call is three messages: `arm` (inputs from a fresh seed, fingerprinted, outside the
-    # parent's timing window), `go` (the call alone, answered at once), `inspect` (inputs fingerprinted
-    # again, integrity checks). The parent's clock runs from sending `go` to reading its reply.
+    # One timed batch is three messages: `arm` (the window's buffers; no inputs, no seeds), `go` (for each call, its
+    # inputs made from the seed `go` carries, then the call, timed; answered at once), `inspect` (the inputs
+    # fingerprinted, integrity checks). The parent's clock runs from sending `go` to reading its reply.
     def arm(self, cmd: _protocol.Arm) -> _protocol.ArmReply:
-        calls = cmd.calls()
-        if cmd.null:
-            def model(*args: torch.Tensor) -> torch.Tensor:  # the empty call: no inputs, no work
-                return torch.zeros((), device=self.device)
-            sets: list[list[torch.Tensor]] = [[] for _ in calls]
-        else:
-            if self.model is None:
-                raise RuntimeError("arm before load")
-            model = self.model
-            shape = tuple(cmd.shape)
-            sets = [self.task.make_inputs(shape, c.distribution, c.seed, self.device) for c in calls]
-        before = [_compare.fingerprint(inputs) for inputs in sets]
-        keeper = self._keeper(len(sets))  # before `_ready_to_time`: its buffers are the judge's, not the peak's
-        self._ready_to_time()
-        self.armed = (model, sets, keeper)
-        return _protocol.ArmReply.success(before=before[0], before_all=before)
-
-    def _ready_to_time(self) -> None:
-        """The end of `arm`, once the batch's inputs exist: the cache evicted (CPU), the device idle, and the
-        peak-memory counter started from what is allocated now."""
-        if self.device.type == "cpu":
-            self.clock.flush()  # here, outside the parent's window; on a GPU `go` queues it before the call
+        if not cmd.null and self.model is None:
+            raise RuntimeError("arm before load")
+        keeper = self._keeper(cmd.calls, tuple(cmd.shape))
+        self.armed = Armed(calls=cmd.calls, shape=tuple(cmd.shape), null=cmd.null, forward_only=cmd.forward_only,
+                           keeper=keeper)
         self.clock.synchronize()
-        if self.device.type == "cuda":
-            self.base_memory = torch.cuda.memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+        return _protocol.ArmReply.success()
+
+    def _take_armed(self, cmd: _protocol.Go) -> Armed:
+        armed, self.armed = self.armed, None
+        if armed is None:
+            raise RuntimeError("go without arm")
+        if len(cmd.calls) != armed.calls or tuple(cmd.shape) != armed.shape:
+            raise RuntimeError(f"go for {len(cmd.calls)} calls of shape {cmd.shape}, {armed.calls} of {armed.shape} "
+                               "armed")
+        return armed
 
     def go(self, cmd: _protocol.Go) -> tuple[_protocol.GoReply, list[bytes]]:
-        if self.armed is None:
-            raise RuntimeError("go without arm")
-        model, sets, keeper = self.armed
-        # Plain closures, made by the interpreter: nothing the candidate could have patched runs between
-        # here and the clock (a patched functools.partial could do a call's work before it is timed).
-        batch = _timing.time_batch(self.clock, [(lambda inputs=inputs: model(*inputs)) for inputs in sets],
-                                   cpu_flushed=True, keep=keeper, marks=self.marks(model))
-        self._after_window(batch, keeper)
-        return self._batch_reply(batch, sets)
+        armed = self._take_armed(cmd)
+        model = _null_model(self.device) if armed.null else self.model
+        shape = tuple(cmd.shape)
+        # Plain closures, made by the interpreter: nothing the candidate could have patched runs between here and the
+        # clock (a patched functools.partial could do a call's work before it is timed).
+        run = lambda inputs, m=model: m(*inputs)  # noqa: E731 - a plain closure (above)
+        calls = [_timing.Call(self._maker(shape, c.distribution, c.seed), run) for c in cmd.calls]
+        batch = _timing.time_batch(self.clock, calls, keep=armed.keeper, marks=self.marks(model),
+                                   memory=self.memory if not armed.null else None)
+        self._after_window(batch, armed.keeper)
+        self.peak = max(batch.peaks) if batch.peaks else None
+        return self._batch_reply(batch, batch.inputs)
+
+    def _maker(self, shape: tuple[int, ...], distribution: str, seed: int) -> Callable[[], list[torch.Tensor]]:
+        """A timed call's input-making, run inside the batch just before the call. The empty calls of calibration make
+        real inputs too: an empty batch is the judge's whole own work in a round trip, so what a real one costs
+        beyond it is the candidate's (on the CPU, evicting the cache after the inputs were written costs more than
+        evicting it idle: ~1.1 ms more a call for kl_div's at the CPU size, measured with thread_time)."""
+        make, device = self.task.make_inputs, self.device
+        return lambda: make(shape, distribution, seed, device)
 
     def marks(self, model: object) -> _recorder.Recorder | None:
         """The trace's marks for a batch of the candidate's calls (none for the empty calls of calibration). On the
@@ -590,6 +605,7 @@ class Child:
         self.findings.extend(batch.tampered)
         self.findings.extend(keeper.findings)
         self.window_outputs = (list(batch.results), batch.kept)
+        self.ran = batch.inputs
 
     def _batch_reply(self, batch: _timing.BatchTime,
                      sets: list[list[torch.Tensor]]) -> tuple[_protocol.GoReply, list[bytes]]:
@@ -604,17 +620,17 @@ class Child:
             payloads.append(payload)
         return _protocol.GoReply.success(**meta, time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
                                          event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
-                                         hidden_work=batch.hidden_work), payloads
+                                         hidden_work=batch.hidden_work, made_ms=batch.made_ms,
+                                         idle_ms=batch.idle_ms), payloads
 
     def inspect(self, cmd: _protocol.Inspect) -> _protocol.InspectReply:
-        if self.armed is None:
-            raise RuntimeError("inspect without arm")
-        _, sets, _ = self.armed
-        self.armed = None
-        peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory) if self.device.type == "cuda" else None
+        sets, self.ran = self.ran, None
+        if sets is None:
+            raise RuntimeError("inspect without go")
         after = [_compare.fingerprint(inputs) for inputs in sets]
         self._compare_kept()
-        return _protocol.InspectReply.success(after=after[0], after_all=after, peak_memory_bytes=peak)
+        return _protocol.InspectReply.success(after=after[0] if after else [], after_all=after,
+                                              peak_memory_bytes=self.peak)
 
     def _compare_kept(self) -> None:
         """After the harness has run again (fingerprints allocate, which is when an allocator callback would launch
@@ -624,8 +640,69 @@ class Child:
         self.window_outputs = ([], ())
 
     def calibrate(self, cmd: _protocol.Calibrate) -> _protocol.CalibrateReply:
-        """Before the candidate exists: measure the clocks' overhead."""
-        return _protocol.CalibrateReply.success(host_overhead_ms=self.clock.calibrate(cmd.reps))
+        """Before the candidate exists: the clocks' overhead, and what making a timed call's inputs costs the host,
+        which sizes the lead before each timed call."""
+        overhead = self.clock.calibrate(cmd.reps)
+        host_ms = self._making_cost(tuple(cmd.shape), cmd.distributions) if cmd.shape else 0.0
+        lead = self.clock.size_lead(host_ms)
+        return _protocol.CalibrateReply.success(host_overhead_ms=overhead, flush_ms=self.clock.flush_ms,
+                                                lead_flushes=lead, make_host_ms=host_ms)
+
+    def _making_cost(self, shape: tuple[int, ...], distributions: list[str]) -> float:
+        """The host's time to queue (GPU: no synchronisation inside it) or do (CPU) the making of one timed call's
+        inputs: each distribution's median of MAKE_PROBES, the slowest distribution's."""
+        slowest = 0.0
+        for distribution in distributions:
+            times = []
+            for seed in range(MAKE_PROBES):
+                self.clock.synchronize()
+                started = time.perf_counter()
+                inputs = self.task.make_inputs(shape, distribution, seed, self.device)
+                times.append((time.perf_counter() - started) * 1e3)
+                del inputs
+            slowest = max(slowest, sorted(times)[len(times) // 2])
+        self.clock.synchronize()
+        return slowest
+
+
+class Armed:
+    """A batch `arm` prepared: how many calls, whether they are the empty calls of calibration, and the window's
+    buffers."""
+
+    __slots__ = ("calls", "shape", "null", "forward_only", "keeper")
+
+    def __init__(self, *, calls: int, shape: tuple[int, ...], null: bool, forward_only: bool,
+                 keeper: _window.Keeper) -> None:
+        self.calls, self.shape, self.null, self.forward_only, self.keeper = calls, shape, null, forward_only, keeper
+
+
+class DeviceMemory:
+    """The allocator's counters around each timed call (sandbox/execution/timing.py's `Memory`): the most a call
+    allocated beyond what existed before it (its inputs, earlier calls' outputs and kept gradients)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.base = 0
+
+    def begin(self) -> None:
+        _reset_peak(self.device)
+        self.base = _allocated(self.device)
+
+    def peak(self) -> int:
+        return _max_allocated(self.device) - self.base
+
+
+_reset_peak = torch.cuda.reset_peak_memory_stats
+_allocated = torch.cuda.memory_allocated
+_max_allocated = torch.cuda.max_memory_allocated
+MAKE_PROBES = 3
+"""Times each timed distribution's inputs are made at calibration, to learn what that costs the host."""
+
+
+def _null_model(device: torch.device) -> Callable[..., torch.Tensor]:
+    def model(*args: torch.Tensor) -> torch.Tensor:  # the empty call: no inputs, no work
+        return torch.zeros((), device=device)
+    return model
 
 
 def serve(child: Child, cmd_fd: int) -> None:

@@ -97,10 +97,6 @@ class TrainingChild(_child.Child):
         """The last trial's or batch's gradients, one per step, until the parent has checked them."""
         self.previous_grads: list[torch.Tensor] = []
         """The ones before, kept alive so that their memory cannot be an honest new gradient's."""
-        self.scales: list[torch.Tensor] = []
-        self.mode = "step"
-        self.step_armed: tuple[Any, list[list[torch.Tensor]], _window.Keeper] | None = None
-        self.step_peak: int | None = None
         self.step_kept: tuple[_window.Kept, ...] = ()
         """What the last batch's steps left inside the window: digests of sampled rows of each gradient."""
 
@@ -115,12 +111,18 @@ class TrainingChild(_child.Child):
         torch.tensor(1.5, dtype=torch.float32, device=self.device)
         leaf = torch.rand(8, 64, device=self.device)
         leaf.grad = grad
-        keeper = self._keeper(1, [leaf], check=False)
-        keeper.take(0, torch.zeros((), device=self.device))
+        keeper = _window.Keeper(self.device, self.task.output_shape, self.task.output_dtype, 1,
+                                (0, tuple(leaf.shape), leaf.dtype))
+        keeper.take(0, torch.zeros((), device=self.device), [leaf])
         _window.gradient_changed_after(grad, keeper.close()[0], 0)
 
     def _scale(self, seed: int) -> torch.Tensor:
-        return torch.tensor(grad_output_scale(seed), dtype=torch.float32, device=self.device)
+        """The step's incoming gradient, filled on the device (a copy from the host would wait for the device in the
+        middle of a batch: `torch.tensor(..., device=...)` is a synchronous transfer)."""
+        return torch.full((), grad_output_scale(seed), dtype=torch.float32, device=self.device)
+
+    def _leaf(self, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...], torch.dtype] | None:
+        return (self.grad_input, shape, torch.float32) if shape else None
 
     # --- one step ---------------------------------------------------------------------------------
 
@@ -205,71 +207,55 @@ class TrainingChild(_child.Child):
         times = _timing.time_calls(self.clock, step, reps=3, warmup=1)
         return _protocol.EstimateReply.success(estimate_ms=sorted(times.times_ms)[1])
 
-    # A timed batch of steps (or of forwards alone): `arm` makes each step's inputs and incoming gradient,
-    # `go` runs the steps back to back (sandbox/execution/timing.py, `time_batch`) and keeps every step's gradient,
-    # `grad_check` reports one of them (the parent asks for each in turn), `inspect` fingerprints the inputs.
+    # A timed batch of steps (or of forwards alone): `arm` prepares the window's buffers, `go` makes each step's inputs
+    # and incoming gradient and runs the steps back to back (sandbox/execution/timing.py, `time_batch`), keeping every
+    # step's gradient; `grad_check` reports one of them (the parent asks for each in turn), `inspect` fingerprints the
+    # inputs.
     def arm(self, cmd: _protocol.Arm) -> _protocol.ArmReply:
-        if cmd.null:
-            self.mode = "null"
-            return super().arm(cmd)
-        if self.model is None:
-            raise RuntimeError("arm before load")
-        self.mode = "forward" if cmd.forward_only else "step"
-        if self.mode == "step":
+        reply = super().arm(cmd)
+        if not cmd.null and not cmd.forward_only:
             self._begin_step()
-        calls = cmd.calls()
-        sets = [self.task.make_inputs(tuple(cmd.shape), c.distribution, c.seed, self.device) for c in calls]
-        self.scales = [self._scale(c.seed) for c in calls]
-        before = [_compare.fingerprint(inputs) for inputs in sets]
-        for inputs in sets:
-            inputs[self.grad_input].requires_grad_(True)
-        leaves = [inputs[self.grad_input] for inputs in sets] if self.mode == "step" else []
-        keeper = self._keeper(len(sets), leaves)
-        self._ready_to_time()
-        self.step_armed = (self.model, sets, keeper)
-        return _protocol.ArmReply.success(before=before[0], before_all=before)
+        return reply
 
     def go(self, cmd: _protocol.Go) -> tuple[_protocol.GoReply, list[bytes]]:
-        if self.mode == "null":
+        if self.armed is not None and self.armed.null:
             return super().go(cmd)
-        if self.step_armed is None:
-            raise RuntimeError("go without arm")
-        model, sets, keeper = self.step_armed
+        armed = self._take_armed(cmd)
+        model, shape = self.model, tuple(cmd.shape)
         # Plain closures, as in Child.go: nothing the candidate could have patched runs between here and the clock.
-        if self.mode == "forward":
-            calls = [(lambda inputs=inputs: model(*inputs)) for inputs in sets]
+        if armed.forward_only:
+            run = lambda inputs, m=model: m(*inputs[:-1])  # noqa: E731 - a plain closure (see above)
         else:
-            calls = [(lambda inputs=inputs, scale=scale: self._step(model, inputs, scale))
-                     for inputs, scale in zip(sets, self.scales)]
-        batch = _timing.time_batch(self.clock, calls, cpu_flushed=True, keep=keeper, marks=self.marks(model))
-        return self._after_steps(batch, keeper, sets)
+            run = lambda inputs, m=model: self._step(m, inputs[:-1], inputs[-1])  # noqa: E731
+        calls = [_timing.Call(self._step_maker(shape, c.distribution, c.seed), run) for c in cmd.calls]
+        batch = _timing.time_batch(self.clock, calls, keep=armed.keeper, marks=self.marks(model), memory=self.memory)
+        return self._after_steps(batch, armed)
 
-    def _after_steps(self, batch: _timing.BatchTime, keeper: Any,
-                     sets: list[list[torch.Tensor]]) -> tuple[dict[str, Any], list[bytes]]:
+    def _step_maker(self, shape: tuple[int, ...], distribution: str, seed: int) -> Callable[[], list[torch.Tensor]]:
+        """A step's inputs (its leaf requiring grad) and, last, its incoming gradient: made inside the batch."""
+        make, device, grad_input, scale = self.task.make_inputs, self.device, self.grad_input, self._scale
+
+        def inputs() -> list[torch.Tensor]:
+            made = make(shape, distribution, seed, device)
+            made[grad_input].requires_grad_(True)
+            return [*made, scale(seed)]
+
+        return inputs
+
+    def _after_steps(self, batch: _timing.BatchTime, armed: _child.Armed) -> tuple[dict[str, Any], list[bytes]]:
         """`go`'s work after the window: the outputs and what was kept, each step's gradient taken."""
-        self._after_window(batch, keeper)
+        self._after_window(batch, armed.keeper)
         self.step_kept = batch.kept
-        # The batch's peak now, before grad_check allocates anything of the judge's.
-        self.step_peak = (torch.cuda.max_memory_allocated(self.device) - self.base_memory
-                          if self.device.type == "cuda" else None)
+        self.peak = max(batch.peaks) if batch.peaks else None
+        sets = [inputs[:-1] for inputs in batch.inputs]  # the incoming gradients are the judge's, not inputs
+        self.ran = sets
         reply = self._batch_reply(batch, sets)
-        if self.mode == "step":
+        if not armed.forward_only:
             everything = [t for inputs in sets for t in inputs]
             losses = list(batch.results)
             for inputs in sets:
                 self.grads.append(self._take_grad(inputs, losses, everything))
         return reply
-
-    def inspect(self, cmd: _protocol.Inspect) -> _protocol.InspectReply:
-        if self.mode == "null":
-            return super().inspect(cmd)
-        if self.step_armed is None:
-            raise RuntimeError("inspect without arm")
-        _, sets, _ = self.step_armed
-        self.step_armed = None
-        after = [_compare.fingerprint(inputs) for inputs in sets]
-        self._compare_kept()
-        return _protocol.InspectReply.success(after=after[0], after_all=after, peak_memory_bytes=self.step_peak)
 
     def grad_check(self, cmd: _protocol.GradCheck) -> tuple[_protocol.GradCheckReply, list[bytes]]:
         """The last step's gradient: every row projected on fresh weights (fp64), and the sampled rows' bytes."""

@@ -39,6 +39,7 @@ from sandbox import isolation
 from sandbox.execution import cputime
 from sandbox.execution import plausibility
 from sandbox.execution import tracing
+from sandbox.execution.making import made_on_device
 from sandbox.profiling import clocks
 from sandbox import protocol as msg
 from sandbox.compare import compare, dtype_name, fingerprint, tensor_from_bytes
@@ -127,10 +128,21 @@ class TimedCall:
     event_ms: float | None = None
     """The child's events, per call (None on the CPU): with `host_ms`, why a batch was or was not `hidden_work`."""
     arm_ms: float = 0.0
-    """What the parent's clock saw from sending `arm` to reading its reply, per call. The parent computes the
-    calls' truth meanwhile (`truth_ms`), so this is the longer of the child's arm and that."""
+    """What the parent's clock saw from sending `arm` to reading its reply, per call (buffers alone: no inputs)."""
     truth_ms: float = 0.0
-    """The parent's own work during the arm (fp64 truth and fingerprints of the calls' inputs), per call."""
+    """The parent's own work before the batch (fp64 truth and fingerprints of the calls' inputs), per call."""
+    made_ms: float = 0.0
+    """The child's judge-side span before each call, per call (sandbox/execution/timing.py `BatchTime.made_ms`)."""
+    judge_ms: float = 0.0
+    """GPU: the device time the parent's own making of the calls' inputs took, per call (sandbox/execution/making.py):
+    what the child's span before each call holds besides its flushes."""
+    excess_ms: float = 0.0
+    """GPU: the child's span before each call beyond the judge's own work in it (its lead's flushes, the making of the
+    inputs, a flush), per call: device time the judge did not ask for."""
+    idle_ms: float = 0.0
+    """GPU: the device idle between a call's end and the next call's lead, per call (the host behind)."""
+    ranked_ms: float = 0.0
+    """What the batch ranks, per call: the claim plus what the parent charges it (plausibility.ranked_claim)."""
     cpu_source: str = ""
     """Where `run_ms` came from (sandbox/execution/cputime.py: a cgroup, or the processes' clocks)."""
     settled: bool = True
@@ -162,6 +174,19 @@ class TimingDetails:
     arm_windows_ms: list[float]
     truth_ms: list[float]
     empty_arm_window_ms: float
+    made_ms: list[float]
+    """Per timed batch, per call: the child's span before each call (GPU: device time from its lead to its start
+    event; CPU: the host clock around the making of its inputs)."""
+    judge_ms: list[float]
+    """GPU, per timed batch, per call: the device time the parent's own making of the same inputs took."""
+    unattributed_ms: list[float]
+    """GPU, per timed batch, per call: device time before the calls beyond the judge's own work (charged)."""
+    idle_ms: list[float]
+    """GPU, per timed batch, per call: the device idle between a call and the next one's lead (the host behind)."""
+    ranked_ms: list[float]
+    """Per timed batch, per call: what ranks (the claim and its charge: plausibility.ranked_claim)."""
+    lead_flushes: int
+    flush_ms: float
     speed_of_light_limit: float
     claims_ms: list[float]
     batch_claims_ms: list[float]
@@ -184,6 +209,22 @@ class CallTruth:
     output: torch.Tensor
     prints: list[str]
     gradient: Any = None
+    make_ms: float | None = None
+    """The device time the parent's own making of these inputs took (sandbox/execution/making.py); None on the CPU."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """What the child measured before any candidate existed (`Execution.calibrate`), adopted from a pre-started
+    child where one ran it (sandbox/execution/warm.py)."""
+
+    empty_calls: tuple[TimedCall, ...]
+    flush_ms: float
+    """A GPU flush's device time (the lead's unit, and the flush before each call)."""
+    lead_flushes: int
+    """Flushes in each call's lead."""
+    make_host_ms: float
+    """The host's time to queue the making of one timed call's inputs (what sized the lead)."""
 
 
 @dataclass
@@ -201,7 +242,7 @@ class Execution:
     trials: list[TrialResult] = field(default_factory=list)
     extras: list[TrialResult] = field(default_factory=list)
     custom_evidence: set[str] = field(default_factory=set)
-    empty_calls: list[TimedCall] = field(default_factory=list)
+    calibration: Calibration | None = None
     parent_cpu_s: dict[str, float] = field(default_factory=dict)
     truth_checks: int = 0
     peak_memory: int | None = None
@@ -233,6 +274,11 @@ class Execution:
     @property
     def traced_calls(self) -> int:
         return sum(self.traced_batches)
+
+    @property
+    def empty_calls(self) -> tuple[TimedCall, ...]:
+        """The empty batches timed before the candidate existed (`calibrate`)."""
+        return self.calibration.empty_calls if self.calibration is not None else ()
 
     @property
     def is_cuda(self) -> bool:
@@ -304,14 +350,18 @@ class Execution:
         except ValueError as exc:
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: malformed output payload: {exc}", rule="protocol") from None
 
-    def truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> tuple[torch.Tensor, list[str]]:
-        """fp64 ground truth and input fingerprints, computed here in the trusted parent."""
-        inputs = self.task.make_inputs(shape, distribution, seed, torch.device(self.device))
+    def truth(self, shape: tuple[int, ...], distribution: str, seed: int, *,
+              timed: bool = False) -> tuple[torch.Tensor, list[str], float | None]:
+        """fp64 ground truth and input fingerprints, computed here in the trusted parent; for a timed call (`timed`)
+        also the device time of making its inputs (sandbox/execution/making.py), else None."""
+        device = torch.device(self.device)
+        make = lambda: self.task.make_inputs(shape, distribution, seed, device)  # noqa: E731
+        inputs, make_ms = made_on_device(make, device) if timed else (make(), None)
         truth = self.task.ground_truth(inputs).cpu()
         prints = fingerprint(inputs)
         del inputs
         self.truth_checks += 1
-        return truth, prints
+        return truth, prints, make_ms
 
     # --- phases -----------------------------------------------------------------------------------
 
@@ -332,15 +382,20 @@ class Execution:
         self.trace_probe = ready.trace
 
     def calibrate(self) -> None:
-        """Before the candidate exists: the clocks' overhead, and what an empty timed round trip costs."""
-        if self.warm is not None and self.warm.empty_calls is not None:
+        """Before the candidate exists: the clocks' overhead, what making a timed call's inputs costs the child (which
+        sizes the lead before each call), and what an empty timed round trip costs."""
+        if self.warm is not None and self.warm.calibration is not None:
             # Measured by this method on this child before any candidate existed (sandbox/execution/warm.py).
-            self.empty_calls = list(self.warm.empty_calls)
+            self.calibration = self.warm.calibration
             return
-        self.ask(msg.Calibrate(reps=CLOCK_CALIBRATION_REPS), msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
-        official = self.task.distributions[0]
-        batch = (official,) * self.batch_size()
-        self.empty_calls = [self.timed_batch(i, batch, empty=True) for i in range(EMPTY_CALLS)]
+        clock, _ = self.ask(msg.Calibrate(reps=CLOCK_CALIBRATION_REPS, shape=list(self.shape),
+                                          distributions=list(self.timing_distributions())),
+                            msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
+        assert isinstance(clock, msg.CalibrateReply)
+        pool, size = self.timing_distributions(), self.batch_size()
+        empty = tuple(self.timed_batch(i, self.draw(pool, size), empty=True) for i in range(EMPTY_CALLS))
+        self.calibration = Calibration(empty_calls=empty, flush_ms=clock.flush_ms, lead_flushes=clock.lead_flushes,
+                                       make_host_ms=clock.make_host_ms)
 
     def extensions_env(self) -> dict[str, str]:
         """Where the child finds the build stage's extensions, when not in its private copy.
@@ -415,7 +470,6 @@ class Execution:
                           msg.EstimateReply, "timing estimate", self.config.call_timeout_s * ESTIMATE_TIMEOUT_FACTOR)
         reps, _ = plan_reps(est.estimate_ms, self.config.timing_budget_ms, self.config.min_reps, self.config.max_reps)
         size = self.batch_size()
-        pool = self.timing_distributions()
         (warm, timed), throttle = self.clocked(lambda: self.timed_batches(reps, size))
         clock_details: dict[str, Any] = {"check": throttle.as_dict(), "retimed": False}
         if throttle.throttled:  # a throttled card's time is not comparable: timed once more, fresh
@@ -424,37 +478,67 @@ class Execution:
             if again.throttled:
                 self.unranked_reason = f"the card was throttled during both timings: {again.detail}"
         self.check_trace(details)
+        device_type = torch.device(self.device).type
+        details["timing"] = dataclasses.asdict(self.timing_details(warm, timed, reps, size, clock_details))
         claims = [b.claim_ms for b in timed]
         windows = [b.window_ms for b in timed]
-        runs = [b.run_ms for b in timed]
+        judge = [b.judge_ms for b in timed]
         empty_runs = [c.run_ms for c in self.empty_calls]
         empty_window = min(c.window_ms for c in self.empty_calls)
+        # The empty batches made real inputs too (calibrate), so the windows and CPU times beyond theirs are the calls'.
+        breach = (plausibility.timing_bound(claims, windows, [b.run_ms for b in timed], empty_runs, device_type,
+                                            training=self.task.training is not None)
+                  or plausibility.untimed_work_bound(claims, windows, empty_window, device_type)
+                  or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
+        if breach:
+            raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
+        scale = plausibility.cpu_scale(claims, [b.run_ms for b in timed], empty_runs) if not self.is_cuda else 1.0
+        details["timing"]["cpu_scale"] = scale
+        ranked = [b.ranked_ms * scale for b in timed]
+        stats = TimingStats(**{**summarize(ranked), "reps": details["timing"]["timed_calls"]})
+        perf = _performance(self.task, self.shape, stats, baselines, self.peak_memory)
+        breach = plausibility.speed_of_light(stats.median_ms, perf.min_bytes, perf.bandwidth_bytes_per_s, device_type)
+        if breach:
+            raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
+        return perf, details["timing"]["hidden_work"]
+
+    def timing_details(self, warm: list[TimedCall], timed: list[TimedCall], reps: int, size: int,
+                       clocks_seen: dict[str, Any]) -> TimingDetails:
+        """`details["timing"]`: what the parent saw around every timed batch, and the inputs of its bounds."""
+        pool = self.timing_distributions()
         every = [d for b in (*warm, *timed) for d in b.distributions]
-        device_type = torch.device(self.device).type
-        details["timing"] = dataclasses.asdict(TimingDetails(
+        runs = [b.run_ms for b in timed]
+        empty_runs = [c.run_ms for c in self.empty_calls]
+        calibration = self.calibration
+        return TimingDetails(
             batch_size=size, timed_batches=len(timed), warmup_batches=len(warm),
             timed_calls=sum(b.calls for b in timed), warmup_calls=sum(b.calls for b in warm),
             planned_calls=reps,
             distributions={d: every.count(d) for d in pool},
             truth_checks=self.truth_checks,
-            window_median_ms=statistics.median(windows),
+            window_median_ms=statistics.median(b.window_ms for b in timed),
             run_median_ms=statistics.median(runs),
             empty_call_run_ms=statistics.median(empty_runs),
-            empty_call_window_ms=empty_window,
+            empty_call_window_ms=min(c.window_ms for c in self.empty_calls),
             call_floor_ms=plausibility.call_floor_ms(runs, empty_runs),
             # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found
             # a thread of the sandbox still on a CPU after cputime.SETTLE_S.
             cpu_time_source=", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),
             cpu_readings_unsettled=sum(not b.settled for b in (*self.empty_calls, *timed)),
-            # The parent's clock around each arm and its own work meanwhile, per call (TimedCall.arm_ms): recorded,
-            # not bounded (docs/threat-model.md, "The parent's own clocks").
             arm_windows_ms=[round(b.arm_ms, 5) for b in timed],
             truth_ms=[round(b.truth_ms, 5) for b in timed],
             empty_arm_window_ms=min(c.arm_ms for c in self.empty_calls),
+            made_ms=[round(b.made_ms, 5) for b in timed],
+            judge_ms=[round(b.judge_ms, 5) for b in timed],
+            unattributed_ms=[round(b.excess_ms, 5) for b in timed],
+            idle_ms=[round(b.idle_ms, 5) for b in timed],
+            ranked_ms=[round(b.ranked_ms, 5) for b in timed],
+            lead_flushes=calibration.lead_flushes if calibration is not None else 0,
+            flush_ms=calibration.flush_ms if calibration is not None else 0.0,
             speed_of_light_limit=plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
             claims_ms=[round(c, 5) for b in timed for c in b.claims_ms],
-            batch_claims_ms=[round(c, 5) for c in claims],
-            windows_ms=[round(w, 5) for w in windows],
+            batch_claims_ms=[round(b.claim_ms, 5) for b in timed],
+            windows_ms=[round(b.window_ms, 5) for b in timed],
             runs_ms=[round(r, 5) for r in runs],
             # Whether the host clock decided the median: most batches saw more than their events. A flagged
             # batch is always claimed by the host's time, so hidden work buys nothing in any batch; one flagged
@@ -465,18 +549,7 @@ class Execution:
             # over; hidden work: every batch far over).
             hidden_work_batches=[i for i, b in enumerate(timed) if b.hidden_work],
             host_over_events=[round(b.host_ms / b.event_ms, 3) if b.event_ms else None for b in timed],
-            clocks=clock_details))
-        breach = (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
-                                            training=self.task.training is not None)
-                  or plausibility.untimed_work_bound(claims, windows, empty_window, device_type))
-        if breach:
-            raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
-        stats = TimingStats(**{**summarize(claims), "reps": details["timing"]["timed_calls"]})
-        perf = _performance(self.task, self.shape, stats, baselines, self.peak_memory)
-        breach = plausibility.speed_of_light(stats.median_ms, perf.min_bytes, perf.bandwidth_bytes_per_s, device_type)
-        if breach:
-            raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
-        return perf, details["timing"]["hidden_work"]
+            clocks=clocks_seen)
 
     def clocked(self, timing: Callable[[], T]) -> tuple[T, clocks.ThrottleCheck]:
         """`timing()` between two readings of the card's clocks, and whether it was throttled meanwhile (unknown on
@@ -509,7 +582,8 @@ class Execution:
                 f"the kernel trace is absent or unreadable after CUDA work ran ({unreadable or 'no segment'}"
                 f"{'; the recorder said: ' + reply.recorder_error if reply.recorder_error else ''})"))
         else:
-            outcome = tracing.judge(texts, self.trace_key, self.traced_batches, self.warmup_calls)
+            lead = self.calibration.lead_flushes if self.calibration is not None else 0
+            outcome = tracing.judge(texts, self.trace_key, self.traced_batches, self.warmup_calls, lead)
         details["trace"] = {**outcome.details, "status": outcome.status, "calls": self.traced_calls,
                             "segments": len(texts)}
         if outcome.refused:
@@ -589,56 +663,55 @@ class Execution:
         return batch_size(torch.device(self.device), self.task.min_bytes(self.shape))
 
     def timed_batch(self, index: int, distributions: tuple[str, ...], *, empty: bool = False) -> TimedCall:
-        """arm (a fresh seed per call, inputs made and fingerprinted) -> go (the batch, timed by both clocks)
-        -> inspect; every call's output checked against the parent's fp64 truth for its own seed."""
+        """The parent's truth for a fresh seed per call -> arm (the window's buffers) -> go (each call's inputs made
+        in the child just before it, the batch timed by both clocks) -> inspect; every call's output checked against
+        the parent's fp64 truth for its own seed. No seed reaches the child before `go`."""
         assert self.session is not None
         step = f"{'empty ' if empty else ''}timed batch {index}"
         seeds = [secrets.randbits(62) for _ in distributions]
-        timeout = self.config.call_timeout_s * len(distributions)
+        n = len(distributions)
+        timeout = self.config.call_timeout_s * n
         if not empty and self.trace_key is not None:
-            self.traced_batches.append(len(distributions))  # before `go`: a batch cut short still ran its canaries
+            self.traced_batches.append(n)  # before `go`: a batch cut short still ran its canaries
         if self.meter is None or self.meter.root_pid != self.session.process.pid:
             self.meter = cputime.Meter(self.session.process.pid, self.session.process.cgroup)
+        truth_started = time.perf_counter()
+        truths = [] if empty else [self.call_truth(self.shape, d, seed, timed=True)
+                                   for d, seed in zip(distributions, seeds)]
+        truth_ms = (time.perf_counter() - truth_started) * 1e3
         arm_started = time.perf_counter()
-        self.session.send(self.arm_command(distributions, seeds, empty).model_dump())
-        # The child is making its inputs, not timing: the parent's own work for these calls goes here.
-        truths = [] if empty else [self.call_truth(self.shape, d, seed) for d, seed in zip(distributions, seeds)]
-        truth_ms = (time.perf_counter() - arm_started) * 1e3
-        armed, _ = self.read(self.session.receive(timeout), msg.ArmReply, step)
+        self.ask(self.arm_command(n, empty), msg.ArmReply, step, timeout)
         arm_ms = (time.perf_counter() - arm_started) * 1e3
-        if not empty and armed.before_all != [t.prints for t in truths]:
-            raise _Stop(Status.TAMPER_DETECTED, f"{step}: the inputs the child generated differ from the judge's: "
-                        "the input generator was tampered with", rule="inputs",
-                        judge=[t.prints for t in truths], child=armed.before_all)
+        go = msg.Go(shape=list(self.shape), calls=[msg.ArmedCall(distribution=d, seed=seed)
+                                                   for d, seed in zip(distributions, seeds)])
         ran = self.meter.read()
         started = time.perf_counter()
-        raw = self.session.request(msg.Go().model_dump(), timeout)
+        raw = self.session.request(go.model_dump(), timeout)
         window_ms = (time.perf_counter() - started) * 1e3
         done = self.meter.read()
-        run_ms = done.since(ran) / 1e6
         went, _ = self.read(raw, msg.GoReply, step)
         if went.rejected_output:
             raise _Stop(Status.INCORRECT, f"{step}: {went.rejected_output}")
         assert isinstance(went, msg.GoReply)
-        if len(raw.payloads) != len(distributions) or len(went.times_ms) != len(distributions):
-            raise _Stop(Status.TAMPER_DETECTED, f"{step}: {len(raw.payloads)} outputs and {len(went.times_ms)} times "
-                        f"for {len(distributions)} calls (a forged reply)", rule="protocol")
+        spans = (went.made_ms if self.is_cuda else []) + (went.idle_ms if self.is_cuda else [])
+        if (len(raw.payloads) != n or len(went.times_ms) != n or len(went.made_ms) != n
+                or (self.is_cuda and len(went.idle_ms) != n - 1) or not all(v >= 0 for v in spans)):
+            raise _Stop(Status.TAMPER_DETECTED, f"{step}: {len(raw.payloads)} outputs, {len(went.times_ms)} times and "
+                        f"{len(went.made_ms)} spans for {n} calls (a forged reply)", rule="protocol")
         outs = [self.output(went, [payload], step) for payload in raw.payloads]
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
-        n = len(distributions)
-        batch = TimedCall(distribution=distributions[0], claim_ms=went.time_ms, window_ms=window_ms / n,
-                          run_ms=run_ms / n, hidden_work=went.hidden_work, calls=n, claims_ms=tuple(went.times_ms),
-                          distributions=distributions, host_ms=went.host_ms / n, event_ms=went.event_ms,
-                          arm_ms=arm_ms / n, truth_ms=truth_ms / n, cpu_source=done.source,
-                          settled=ran.settled and done.settled)
+        batch = self.measured(went, truths, n, window_ms=window_ms, run_ms=done.since(ran) / 1e6, arm_ms=arm_ms,
+                              truth_ms=truth_ms, distributions=distributions,
+                              cpu_source=done.source, settled=ran.settled and done.settled)
         if empty:
             return batch
         if len(inspected.after_all) != n:
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: inputs of {len(inspected.after_all)} calls inspected, "
-                        f"{n} were armed (a forged reply)", rule="protocol")
+                        f"{n} were run (a forged reply)", rule="protocol")
         for i, (truth, after, out) in enumerate(zip(truths, inspected.after_all, outs)):
             if after != truth.prints:
-                raise _Stop(Status.INCORRECT, f"{step}, call {i}: {self.modified_inputs}")
+                raise _Stop(Status.INCORRECT, f"{step}, call {i}: {self.modified_inputs} (or its inputs were made "
+                            "otherwise than the judge's generator makes them)")
             cmp = compare(out, truth.output, self.task.tolerance.atol, self.task.tolerance.rtol)
             if not cmp.passed:
                 raise _Stop(Status.INCORRECT, f"timed call {index * n + i} returned a wrong result ({distributions[i]} "
@@ -648,6 +721,25 @@ class Execution:
         self.record_peak(inspected.peak_memory_bytes, n)
         return batch
 
+    def measured(self, went: msg.GoReply, truths: list[CallTruth], n: int, **seen: Any) -> TimedCall:
+        """One batch in per-call figures: what the child claims, what the parent saw, the judge's own work inside the
+        round trip, and what the batch ranks (sandbox/execution/plausibility.py, `ranked_claim`)."""
+        judge_ms = sum(t.make_ms or 0.0 for t in truths) / n
+        made_ms = sum(went.made_ms) / n
+        excess_ms = 0.0
+        if self.is_cuda and self.calibration is not None:
+            own = (self.calibration.lead_flushes + 1) * self.calibration.flush_ms
+            excess_ms = made_ms - own - judge_ms
+        run_ms, window_ms = seen.pop("run_ms") / n, seen.pop("window_ms") / n
+        ranked = plausibility.ranked_claim(went.time_ms, device_type="cuda" if self.is_cuda else "cpu",
+                                           excess_ms=excess_ms, make_ms=judge_ms)
+        return TimedCall(distribution=seen["distributions"][0], claim_ms=went.time_ms, window_ms=window_ms,
+                         run_ms=run_ms, hidden_work=went.hidden_work, calls=n, claims_ms=tuple(went.times_ms),
+                         distributions=seen["distributions"], host_ms=went.host_ms / n, event_ms=went.event_ms,
+                         arm_ms=seen["arm_ms"] / n, truth_ms=seen["truth_ms"] / n, cpu_source=seen["cpu_source"],
+                         settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, excess_ms=excess_ms,
+                         idle_ms=sum(went.idle_ms) / n, ranked_ms=ranked)
+
     # --- what a training task changes (sandbox/execution/training.py overrides these) -----------------------------
 
     trial_reply = msg.TrialReply  # (a class attribute, not a dataclass field: no annotation)
@@ -655,15 +747,14 @@ class Execution:
     output_name = ""
     """What a failed output comparison's message is prefixed with (a training step's output is its loss)."""
 
-    def arm_command(self, distributions: tuple[str, ...], seeds: list[int], empty: bool) -> msg.Arm:
-        calls = [msg.ArmedCall(distribution=d, seed=s) for d, s in zip(distributions, seeds)]
-        return msg.Arm(shape=list(self.shape), distribution=distributions[0], seed=seeds[0], more=calls[1:],
-                       null=empty)
+    def arm_command(self, calls: int, empty: bool) -> msg.Arm:
+        return msg.Arm(calls=calls, shape=list(self.shape), null=empty)
 
-    def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> CallTruth:
-        """What the parent knows of one call (a trial or a timed call) before the child runs it."""
-        output, prints = self.truth(shape, distribution, seed)
-        return CallTruth(output=output, prints=prints)
+    def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int, *, timed: bool = False) -> CallTruth:
+        """What the parent knows of one call (a trial or a timed call) before the child runs it; for a timed call
+        (`timed`) also the device time of making its inputs."""
+        output, prints, make_ms = self.truth(shape, distribution, seed, timed=timed)
+        return CallTruth(output=output, prints=prints, make_ms=make_ms)
 
     def record_evidence(self, reply: msg.TrialReply) -> None:
         """What a trial showed of the candidate's own code running (the custom-kernel rule)."""
@@ -690,7 +781,7 @@ def host_decided(batches: list[TimedCall]) -> bool:
 
 def _precise(batches: list[TimedCall]) -> bool:
     """Whether the bootstrap 95% interval of the median batch mean is within TIMING_PRECISION of the median."""
-    stats = summarize([b.claim_ms for b in batches])
+    stats = summarize([b.ranked_ms for b in batches])
     low, high = stats["ci95_ms"]
     return stats["median_ms"] > 0 and (high - low) / 2 <= TIMING_PRECISION * stats["median_ms"]
 

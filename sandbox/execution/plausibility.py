@@ -16,6 +16,16 @@ clock inside it. Three rules keep a forged or impossible time from becoming a sc
   cannot claim much less than the window shows.
 - `speed_of_light`: both tasks are memory-bound, so no honest call is faster than the task's minimal
   bytes over the device's measured bandwidth.
+- `unattributed_work` (GPU): a timed call's inputs are made inside the batch, just before it
+  (sandbox/execution/timing.py), so work a candidate's hook does on them runs on the device between the call's lead
+  and its start event. The judge knows what belongs there (its flushes, calibrated before the candidate existed,
+  and the making of the inputs, which the parent times itself for the same seed); what is beyond that is charged to
+  the call (`ranked_claim`), and when it is a large share of the call the timing is refused.
+
+What ranks (`ranked_claim`, `cpu_scale`) is the child's claim plus what the parent charges it: on a GPU the device
+time beyond the judge's own work before each call; on the CPU, where the child's clock is its own process's (a native
+patch of libpython's `clock_gettime` slows it), claims scaled up to at least the CPU time the kernel accounted to the
+sandbox for a call.
 
 Each returns a `Breach` (the rule broken and a diagnosis) or None.
 """
@@ -140,8 +150,9 @@ class Breach:
 
 
 def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float]) -> float:
-    """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an
-    empty batch's, per call, less RUN_NOISE_MS.
+    """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an empty
+    batch's (which makes real inputs and evicts the cache alike: the judge's own work in a round trip), per call,
+    less RUN_NOISE_MS.
 
     On the CPU the call is the work the kernel accounts. On a GPU the host spins in the synchronisation
     while the device works, so the accounted time is at most the call's (less if the host yields), and
@@ -176,7 +187,8 @@ def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[
 
 def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_window_ms: float,
                        device_type: str) -> Breach | None:
-    """On a GPU, the median claim against the median wall window beyond an empty batch's (MIN_WINDOW_FRACTION)."""
+    """On a GPU, the median claim against the median wall window beyond an empty batch's (which makes real inputs:
+    the judge's own work in a round trip) (MIN_WINDOW_FRACTION)."""
     if device_type != "cuda" or not claims_ms:
         return None
     median = statistics.median(claims_ms)
@@ -188,6 +200,66 @@ def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_wi
                   f"a round trip took {beyond:.4f} ms per call beyond an empty one's, so device work ran that the "
                   "reported time does not count", details={"claim_median_ms": median, "window_beyond_empty_ms": beyond,
                                                     "min_window_fraction": MIN_WINDOW_FRACTION})
+
+
+UNATTRIBUTED_SLACK_MS = 0.01
+UNATTRIBUTED_SLACK_FRACTION = 0.01
+"""What a call's span before it may exceed the judge's own work in it (its lead's flushes, the making of its inputs,
+a flush) without a charge: 10 us plus 1% of the making. On an H100 (2026-11-28, docs/results/inputs-h100-2026-11-28.md)
+making planted kl_div inputs took the device 4.81-4.83 ms in six queued calls (0.35%) and cross_entropy's 0.315-0.323
+ms; a flush 0.083-0.085 ms. So an honest span is charged nothing but noise's tail, and work hidden there is charged
+all but this much: at most ~0.06 ms of a 0.72 ms kl_div call, ~0.013 ms of a 0.19 ms cross_entropy call."""
+UNATTRIBUTED_REFUSE_FRACTION = 0.25
+"""Device work beyond the judge's before a call, in the median batch, of more than this share of the median claim is
+refused outright (`tamper_detected`, rule `unattributed_work`): a call whose work is done while its inputs are made
+(by a hook of any kind the harness's own code triggers) is not a measurement, even once charged."""
+
+
+def unattributed_charge(excess_ms: float, make_ms: float) -> float:
+    """What a call is charged for device time before it beyond the judge's own work (per call, ms)."""
+    return max(0.0, excess_ms - UNATTRIBUTED_SLACK_MS - UNATTRIBUTED_SLACK_FRACTION * make_ms)
+
+
+def ranked_claim(claim_ms: float, *, device_type: str, excess_ms: float = 0.0, make_ms: float = 0.0) -> float:
+    """What one batch ranks, per call, before `cpu_scale`: on a GPU the claim plus `unattributed_charge`; on the CPU
+    the claim."""
+    if device_type == "cuda":
+        return claim_ms + unattributed_charge(excess_ms, make_ms)
+    return claim_ms
+
+
+def cpu_scale(claims_ms: list[float], runs_ms: list[float], empty_runs_ms: list[float]) -> float:
+    """CPU: how much the ranked claims are scaled up so that their median is at least the parent's own measure of a
+    call, `call_floor_ms` (the sandbox's CPU time per round trip less an empty one's, which makes the same inputs and
+    evicts the cache alike, less RUN_NOISE_MS). The child's clock is its own process's: a native patch of libpython's
+    `clock_gettime` (its GOT entry) slows it, and every claim with it; the kernel's accounting is not the child's to
+    change. 1.0 where the claims are at least that (an honest child's host clock also counts the time it waited for a
+    CPU, which the accounting leaves out). Applied to the medians, not batch by batch: each batch's CPU time carries
+    the host's noise, which a per-batch maximum would add to every honest ranked time."""
+    if not claims_ms or not empty_runs_ms:
+        return 1.0
+    floor = call_floor_ms(runs_ms, empty_runs_ms)
+    median = statistics.median(claims_ms)
+    return max(1.0, floor / median) if median > 0 else 1.0
+
+
+def unattributed_work(excess_ms: list[float], make_ms: list[float], claims_ms: list[float],
+                      device_type: str) -> Breach | None:
+    """GPU: the median batch's charge for device work before its calls against the median claim
+    (UNATTRIBUTED_REFUSE_FRACTION)."""
+    if device_type != "cuda" or not claims_ms:
+        return None
+    charge = statistics.median(unattributed_charge(e, m) for e, m in zip(excess_ms, make_ms))
+    claim = statistics.median(claims_ms)
+    if charge <= UNATTRIBUTED_REFUSE_FRACTION * claim:
+        return None
+    return Breach(rule="unattributed_work",
+                  diagnosis=f"device work the judge did not ask for ran while it made the timed calls' inputs: "
+                  f"{charge:.4f} ms per call beyond the making itself and its flushes (the judge made the same inputs "
+                  f"and timed that), against {claim:.4f} ms claimed for the call: the call's work was done outside "
+                  "the call, by code that ran while its inputs were being made",
+                  details={"charge_median_ms": charge, "claim_median_ms": claim,
+                           "refuse_fraction": UNATTRIBUTED_REFUSE_FRACTION})
 
 
 def speed_of_light_fraction(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: float | None) -> float | None:

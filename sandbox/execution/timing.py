@@ -1,34 +1,39 @@
 """Measuring calls on one device, in the manner of triton.testing.do_bench, a batch of fresh calls at a time.
 
 Each timed call has inputs from a seed drawn for it alone (see sandbox/execution/phases.py), so calls cannot be
-repeated on one input set as do_bench does. Instead a batch of calls, each with its own resident input
-set, runs back to back between two device-wide synchronisations (`time_batch`):
+repeated on one input set as do_bench does. Instead a batch of calls runs back to back between two device-wide
+synchronisations (`time_batch`), and **each call's inputs are made inside the batch, just before that call**
+(`Call.make`): before its `make` runs, no value of a call's inputs exists in the process, so no code of the
+candidate's, whatever runs it (a hook, a tracer, a finaliser, a native thread), can work on them outside the
+measured batch. What the batch measures of each call:
 
-- CPU (`time_cpu_batch`): before each call, flush the cache; the host clock around each call.
-- GPU (`time_cuda_batch`): a lead of queued flushes first (below), then before each call, queue an L2
-  flush (zero a buffer larger than the L2, so no call runs on warm data), then a start event, the call,
-  an end event; one device-wide synchronisation after the last call. The device never waits for the
-  host: while it flushes or runs one call, the host is already launching the next, so launch latency is
-  not timed (measured on an H100, 2026-11-23: a lone call between synchronisations read 4-90% slower
-  than the same kernel queued, docs/benchmarks.md). Events on the current stream are precise but blind
-  to work on another stream or thread; the host clock across the batch, ended by a device-wide
-  synchronisation, sees all of it. When the host saw clearly more than the events (`HIDDEN_WORK_RATIO`),
-  each call's time is the host's share.
-- The lead (`LEAD_MS` of flushes, untimed, before the first call's own flush): without it the first call
-  of a batch had only its own flush (~0.09 ms on an H100) to cover the host's launch of that call, and
-  read ~2.5% slower than the rest of its batch on kl_div_fast, with 3-4x their spread (H100, 2026-11-25,
-  docs/benchmarks.md): with three calls a batch, that first call's noise decided when the timing could
-  stop. With the lead, 1.0014 of the rest on the same kernels, and timing stopped early in 20 of 20 runs
-  (6 of 12 without). The lead is more of the flush itself: a kernel on every SM that saturates the memory bus, so work
-  hidden under it (a native thread's) slows it, which the host clock sees like any hidden work.
+- GPU (`time_cuda_batch`): per call, a lead of queued flushes (zeroing a buffer larger than the L2), the call's
+  inputs made, one more flush (so no call runs on warm data), a start event, the call, an end event; one
+  device-wide synchronisation after the last call. Everything from a call's lead to its start event is the
+  judge's own device work, of known length: the lead's flushes (calibrated before the candidate exists) and the
+  making of the inputs, which the parent times on its own device for the same seed. Its device span (`made_ms`)
+  is reported, and the parent charges whatever exceeds that known length to the call
+  (sandbox/execution/plausibility.py, `unattributed_work`): work a candidate's hook did while the inputs were
+  being made is device time inside that span. The lead is sized so that the host has queued all of a call's
+  input-making before the device reaches it (`DeviceClock.size_lead`): the span is then device time alone, never
+  the host's launch latency. The device never waits for the host inside a call's lead-to-start span; between one
+  call's end and the next call's lead it may (a candidate whose Python is slower than its kernels), and that
+  idle time (`idle_ms`) is reported and bounded by the parent's own wall clock, not by the events.
+  Events on the current stream are precise but blind to work on another stream or thread; the host clock across
+  the batch, ended by a device-wide synchronisation, sees all of it. When the host saw clearly more than the
+  events (`HIDDEN_WORK_RATIO`), each call's time is the host's share.
+- CPU (`time_cpu_batch`): per call, the inputs made, the cache flushed, then the host clock around the call.
+  The parent ranks the larger of that clock and the sandbox's CPU time that the kernel accounted (read by the
+  parent itself, sandbox/execution/plausibility.py, `cpu_rank`), so a clock patched in the child buys nothing.
 
-The batch's claim is the mean of its calls, not the median: the calls of a batch are all armed before
-the first runs, so a candidate could find every input set and do the whole batch's work in its first
-call; the mean is the same however the work is shifted between calls.
+The batch's claim is the mean of its calls, not the median: a candidate that shifts work between the calls of a
+batch (the later calls' inputs no longer exist during the first, but an earlier call's output can still be
+finished by a later one) changes nothing that the mean reports.
 
-`time_calls` does the same for the trusted baselines, so candidates and baselines are timed alike.
-Every function this module calls is bound at import (`_perf_counter`, `_cuda_synchronize`, `_Event`),
-which happens before candidate code is imported in the child; the child verifies they are unchanged.
+`time_calls` does the same for the trusted baselines (their inputs made once, outside the batch), so candidates
+and baselines are timed alike. Every function this module calls is bound at import (`_perf_counter`,
+`_cuda_synchronize`, `_Event`), which happens before candidate code is imported in the child; the child verifies
+they are unchanged.
 
 What a batch measures is out of the candidate's reach while it runs (issue 25): the clock's state is read once,
 before the first call (`ClockState`), so an attribute set on the clock instance from a frame the candidate
@@ -45,7 +50,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -57,12 +62,13 @@ _Event = torch.cuda.Event
 _elapsed_time = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 
-METHOD_VERSION = 6
+METHOD_VERSION = 7
 """Bumped whenever the way calls are timed changes: cached baselines from another method are re-measured.
 3: every call stands alone between device-wide synchronisations (was: a batch of events).
 4: batches of calls queued back to back, each behind its own flush; a batch's mean is its claim.
 5: a lead of queued flushes before each batch's first call.
-6: the clock makes its device current (baselines of cuda:N, N > 0, had been timed on cuda:0's stream)."""
+6: the clock makes its device current (baselines of cuda:N, N > 0, had been timed on cuda:0's stream).
+7: the lead before every call of a batch, not only the first (a call's inputs are made in the batch, after its lead)."""
 L2_FLUSH_BYTES = 256 << 20
 """Larger than any current L2 (50 MB on H100, 60 MB on H200): zeroing it evicts the inputs."""
 CPU_FLUSH_BYTES = 16 << 20
@@ -70,16 +76,28 @@ CPU_FLUSH_BYTES = 16 << 20
 bigger flush would dwarf the CPU-sized calls it separates."""
 
 LEAD_MS = 0.5
-"""Device time queued ahead of a batch's first call (whole flushes, at least one): ~5 flushes of ~0.09 ms on
-an H100, while the host needs ~5 us to queue each; the rest covers the host's launch of the first call (tens
-of microseconds for these candidates, more on a loaded host). `JUDGE_TIMING_LEAD_MS` overrides it (0: none),
-for measuring what it changes."""
+"""Device time queued ahead of each call of a batch, before its inputs are made (whole flushes, at least one): ~5
+flushes of ~0.09 ms on an H100, while the host needs ~5 us to queue each; the rest covers the host's launch of what
+follows. `JUDGE_TIMING_LEAD_MS` overrides it (0: none), for measuring what it changes. Where making a call's inputs
+takes the host longer to queue than this, the lead is longer (`LEAD_MAKE_FACTOR`)."""
 
-TRACED_LEAD_MS = 5.0
+LEAD_MAKE_FACTOR = 1.5
+"""A call's lead is at least this many times the host's time to queue the making of its inputs (measured before the
+candidate exists, `DeviceClock.size_lead`): the host then has the whole of it queued before the device reaches it,
+so the device's span from the lead to the call is device work alone. Measured on an H100 (2026-11-28,
+docs/results/inputs-h100-2026-11-28.md): planted cross_entropy inputs take the host 0.51 ms to queue and the device
+0.32 ms to make, so without a longer lead the device waited for the host inside the span (0.32 to 0.71 ms); kl_div's
+take the host 1.45 ms and the device 4.82 ms. 1.5 leaves a third for a host slower than at the measurement."""
+
+MAX_LEAD_MS = 12.0
+"""The longest lead: a host that needed longer to queue a call's inputs is not a judging host."""
+
+TRACED_LEAD_MS = 2.0
 """The lead while the kernel trace records (sandbox/child/recorder.py): CUPTI costs each launch host time, so a call
 of several short launches let the host fall behind the device inside the timing events with `LEAD_MS`: a Triton
-cross-entropy (four launches in 0.25 ms) +4.46% with the trace on an H100, spread 18% over three rounds; with 5 ms,
-+0.54%, spread 0.43% (docs/results/trace-h100-2026-11-26.md). ~50 more flushes a batch: ~5 ms of device time."""
+cross-entropy (four launches in 0.25 ms) +4.46% with the trace on an H100 when the lead came once a batch; 5 ms
+once a batch brought it to +0.54% (docs/results/trace-h100-2026-11-26.md). The lead now comes before every call,
+so each call starts with the host that far ahead of the device: 2 ms a call."""
 
 HIDDEN_WORK_RATIO = 1.25
 """A call whose host time exceeds 125% of its events (plus `HIDDEN_WORK_SLACK_MS`) did work the events
@@ -111,6 +129,24 @@ class CallTimes:
     hidden_work: bool
 
 
+def _no_inputs() -> list[torch.Tensor]:
+    return []
+
+
+@dataclass(frozen=True)
+class Call:
+    """One timed call of a batch: `make` makes its inputs (the judge's work, inside the batch, just before the call),
+    `run` calls the candidate on them. Both are plain closures the harness made before the batch."""
+
+    make: Callable[[], list[torch.Tensor]]
+    run: Callable[[list[torch.Tensor]], object]
+
+
+def as_call(fn: Callable[[], object] | Call) -> Call:
+    """A plain callable is a call whose inputs exist already (the baselines', the tests')."""
+    return fn if isinstance(fn, Call) else Call(_no_inputs, lambda inputs, fn=fn: fn())
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClockState:
     """Everything a batch reads of its clock, read once before the batch's first call."""
@@ -129,8 +165,8 @@ class DeviceClock:
     """Flush, synchronise and timestamp on one device."""
 
     def __init__(self, device: torch.device, lead_ms: float | None = None, *, traced: bool = False) -> None:
-        """`lead_ms`: the lead before each GPU batch (default `JUDGE_TIMING_LEAD_MS`, else `TRACED_LEAD_MS` where the
-        kernel trace records (`traced`), else `LEAD_MS`)."""
+        """`lead_ms`: the lead before each call of a GPU batch (default `JUDGE_TIMING_LEAD_MS`, else `TRACED_LEAD_MS`
+        where the kernel trace records (`traced`), else `LEAD_MS`)."""
         self.device = device
         self.is_cuda = device.type == "cuda"
         if self.is_cuda and device.index is not None:
@@ -146,7 +182,7 @@ class DeviceClock:
         default = TRACED_LEAD_MS if traced else LEAD_MS
         self.lead_ms = lead_ms if lead_ms is not None else float(os.environ.get("JUDGE_TIMING_LEAD_MS", default))
         self.lead_flushes = 0
-        """Flushes queued ahead of each batch; set by `calibrate` from the measured `flush_ms`."""
+        """Flushes queued ahead of each call; set by `calibrate` from the measured `flush_ms`, and by `size_lead`."""
         self.flush_span = (self._flush.data_ptr(), self._flush.numel())
 
     def state(self) -> ClockState:
@@ -196,8 +232,19 @@ class DeviceClock:
                 self.synchronize()
                 flushes.append(_elapsed_time(start, end))
             self.flush_ms = statistics.median(flushes)
-            self.lead_flushes = math.ceil(self.lead_ms / self.flush_ms) if self.lead_ms > 0 and self.flush_ms > 0 else 0
+            self.size_lead(0.0)
         return self.host_overhead_ms
+
+    def size_lead(self, make_host_ms: float) -> int:
+        """The flushes ahead of each call: `lead_ms` of them, or more where the host takes longer to queue the making of
+        a call's inputs (`make_host_ms`, measured before the candidate exists): LEAD_MAKE_FACTOR times that, capped
+        at MAX_LEAD_MS. 0 where `lead_ms` is 0 (the lead turned off to measure it)."""
+        if self.lead_ms <= 0 or self.flush_ms <= 0:
+            self.lead_flushes = 0
+        else:
+            lead = min(max(self.lead_ms, LEAD_MAKE_FACTOR * make_host_ms), MAX_LEAD_MS)
+            self.lead_flushes = math.ceil(lead / self.flush_ms)
+        return self.lead_flushes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,11 +253,22 @@ class BatchTime:
 
     times_ms: list[float]
     host_ms: float
-    """The host clock around the whole batch (flushes and calibrated clock overhead removed)."""
+    """The host clock around the whole batch, less what the judge's own work in it took (GPU: the leads, the making
+    of the inputs and the flushes, as the device measured them; CPU: the making of the inputs and the flushes, as
+    the host did) and the calibrated clock overhead."""
     events_ms: list[float] | None
     """CUDA events around each call on the current stream; None on the CPU."""
     hidden_work: bool
     results: list[object]
+    inputs: list[list[torch.Tensor]] = field(default_factory=list)
+    """Each call's inputs, made in the batch (the harness fingerprints them after the batch)."""
+    made_ms: list[float] = field(default_factory=list)
+    """Each call's judge-side span: GPU, the device from the start of its lead to its start event (the lead's
+    flushes, the making of its inputs, the flush); CPU, the host clock around the making of its inputs."""
+    idle_ms: list[float] = field(default_factory=list)
+    """GPU: the device's span from each call's end event to the next call's lead (the first call has none)."""
+    peaks: list[int] = field(default_factory=list)
+    """GPU: device memory each call allocated beyond what existed before it (its inputs included), when asked for."""
     kept: tuple[object, ...] = ()
     """What the batch's `Keeper` kept of each call inside the window (empty without one)."""
     tampered: tuple[str, ...] = ()
@@ -241,7 +299,7 @@ class Keeper(Protocol):
     """What the caller keeps of each call before the batch's window closes (the child's:
     sandbox/execution/window.py)."""
 
-    def take(self, index: int, result: object) -> None:
+    def take(self, index: int, result: object, inputs: list[torch.Tensor]) -> None:
         """Copy call `index`'s result: on the CPU inside that call's timed interval, on a GPU after the batch's
         last end event and before the device-wide synchronisation that ends the host clock."""
 
@@ -257,82 +315,102 @@ class Marks(Protocol):
     def canary(self) -> None: ...
 
 
-def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, first_flushed: bool = False,
+class Memory(Protocol):
+    """The device allocator's counters a GPU batch reads around each call (the child's: torch.cuda's, bound before
+    the candidate exists): host-side bookkeeping, no device work, read outside the call's events."""
+
+    def begin(self) -> None: ...
+
+    def peak(self) -> int: ...
+
+
+def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call], *,
                    keep: Keeper | None = None) -> BatchTime:
-    """The host clock around each call, each after evicting the cache (the flush is not timed). A caller that
-    wants the first flush outside a window around the whole batch (the child's `go`) flushes first and says so.
-    `keep` takes each call's result inside its timed interval."""
-    state, calls, perf = clock.state(), tuple(calls), _perf_counter
-    times, results = [], []
-    for i, fn in enumerate(calls):
-        if i or not first_flushed:
-            state.flush()
+    """Per call: its inputs made, the cache evicted, then the host clock around the call alone. `keep` takes each
+    call's result inside its timed interval."""
+    state, calls, perf = clock.state(), tuple(as_call(c) for c in calls), _perf_counter
+    times, results, sets, made = [], [], [], []
+    for i, call in enumerate(calls):
+        m0 = perf()
+        inputs = call.make()
+        made.append((perf() - m0) * 1e3)
+        state.flush()
         t0 = perf()
-        result = fn()
+        result = call.run(inputs)
         if keep is not None:
-            keep.take(i, result)
+            keep.take(i, result, inputs)
         times.append((perf() - t0) * 1e3)
         results.append(result)
+        sets.append(inputs)
     kept = keep.close() if keep is not None else ()
-    return BatchTime(times_ms=times, host_ms=sum(times), events_ms=None, hidden_work=False, results=results, kept=kept,
-                     tampered=clock.changes(state))
+    return BatchTime(times_ms=times, host_ms=sum(times), events_ms=None, hidden_work=False, results=results,
+                     inputs=sets, made_ms=made, kept=kept, tampered=clock.changes(state))
 
 
-def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object]], keep: Keeper | None = None,
-                    marks: Marks | None = None) -> BatchTime:
-    """Events around each call behind its own queued L2 flush, checked against the host clock (module doc).
-    `keep` takes every result after the last end event, inside the host clock's window. `marks` (the kernel trace):
-    a canary before each call's start event and after its end event (queued outside the events: device time no
-    call is charged)."""
-    state, calls = clock.state(), tuple(calls)
+def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call], keep: Keeper | None = None,
+                    marks: Marks | None = None, memory: Memory | None = None) -> BatchTime:
+    """Per call: its lead, its inputs made, a flush, then events around the call; checked against the host clock
+    (module doc). `keep` takes every result after the last end event, inside the host clock's window. `marks` (the
+    kernel trace): a canary before each call's start event and after its end event (queued outside the events:
+    device time no call is charged). `memory`: the allocator's peak around each call, outside its events."""
+    state, calls = clock.state(), tuple(as_call(c) for c in calls)
     perf, sync, record, elapsed = _perf_counter, _cuda_synchronize, _record, _elapsed_time
-    events = tuple((_Event(enable_timing=True), _Event(enable_timing=True)) for _ in calls)
-    results = []
+    # Per call: the start of its lead, the start of its call, the end of its call.
+    events = tuple(tuple(_Event(enable_timing=True) for _ in range(3)) for _ in calls)
+    results, sets, peaks = [], [], []
     sync(state.device)
     t0 = perf()
-    for _ in range(state.lead_flushes):
+    for call, (lead, start, end) in zip(calls, events):
+        record(lead)
+        for _ in range(state.lead_flushes):
+            state.flush()
+        inputs = call.make()
         state.flush()
-    for fn, (start, end) in zip(calls, events):
-        state.flush()
+        if memory is not None:
+            memory.begin()
         if marks is not None:
             marks.canary()
         record(start)
-        results.append(fn())
+        results.append(call.run(inputs))
         record(end)
         if marks is not None:
             marks.canary()
+        if memory is not None:
+            peaks.append(memory.peak())
+        sets.append(inputs)
     kept = ()
     if keep is not None:
-        for i, result in enumerate(results):
-            keep.take(i, result)
+        for i, (result, inputs) in enumerate(zip(results, sets)):
+            keep.take(i, result, inputs)
         kept = keep.close()
     sync(state.device)
-    flushes = len(calls) + state.lead_flushes
-    host_ms = max((perf() - t0) * 1e3 - state.host_overhead_ms - flushes * state.flush_ms, 0.0)
-    events_ms = [elapsed(start, end) for start, end in events]
-    gaps = [elapsed(events[i][1], events[i + 1][0]) for i in range(len(events) - 1)]
+    wall_ms = (perf() - t0) * 1e3
+    made = [elapsed(lead, start) for lead, start, _ in events]
+    events_ms = [elapsed(start, end) for _, start, end in events]
+    idle = [elapsed(events[i - 1][2], events[i][0]) for i in range(1, len(events))]
+    host_ms = max(wall_ms - state.host_overhead_ms - sum(made), 0.0)
     hidden = host_ms > HIDDEN_WORK_RATIO * sum(events_ms) + HIDDEN_WORK_SLACK_MS
     times = [host_ms / len(calls)] * len(calls) if hidden else events_ms
     tampered = clock.changes(state)
-    if min(events_ms + gaps) < -EVENT_RESOLUTION_MS:
+    if min(events_ms + made + idle) < -EVENT_RESOLUTION_MS:
         tampered += ("the batch's timing events (recorded again, out of order, during the batch)",)
     return BatchTime(times_ms=times, host_ms=host_ms, events_ms=events_ms, hidden_work=hidden, results=results,
-                     kept=kept, tampered=tampered)
+                     inputs=sets, made_ms=made, idle_ms=idle, peaks=peaks, kept=kept, tampered=tampered)
 
 
-def time_batch(clock: DeviceClock, calls: list[Callable[[], object]], *, cpu_flushed: bool = False,
-               keep: Keeper | None = None, marks: Marks | None = None) -> BatchTime:
-    """The strategy for the clock's device (`cpu_flushed`: see `time_cpu_batch`; a GPU queues its flushes). `marks`:
-    a GPU's alone (the CPU has no device activity to mark, and a mark's host time between calls is not overlapped
-    there: it would lengthen the parent's window around each call, not the call)."""
+def time_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call], *, keep: Keeper | None = None,
+               marks: Marks | None = None, memory: Memory | None = None) -> BatchTime:
+    """The strategy for the clock's device. `marks` and `memory`: a GPU's alone (the CPU has no device activity to
+    mark, and a mark's host time between calls is not overlapped there: it would lengthen the parent's window around
+    each call, not the call)."""
     if clock.is_cuda:
-        return time_cuda_batch(clock, calls, keep, marks)
-    return time_cpu_batch(clock, calls, first_flushed=cpu_flushed, keep=keep)
+        return time_cuda_batch(clock, calls, keep, marks, memory)
+    return time_cpu_batch(clock, calls, keep=keep)
 
 
-def time_one_call(clock: DeviceClock, fn: Callable[[], object], *, cpu_flushed: bool = False) -> CallTime:
+def time_one_call(clock: DeviceClock, fn: Callable[[], object]) -> CallTime:
     """A batch of one call."""
-    timed = time_batch(clock, [fn], cpu_flushed=cpu_flushed)
+    timed = time_batch(clock, [fn])
     events = timed.events_ms[0] if timed.events_ms else None
     return CallTime(time_ms=timed.times_ms[0], host_ms=timed.host_ms, event_ms=events, hidden_work=timed.hidden_work,
                     result=timed.results[0])

@@ -18,7 +18,8 @@ side is sandbox/child/training.py. What changes from the forward judge (sandbox/
 - Timing: the step (forward + backward) is the score, timed exactly as forward calls are (batches of steps,
   a fresh seed per step, every step's loss and gradient checked after its batch); the forward alone is timed
   after it the same way (every loss checked) and reported in `details["training"]`. Peak device memory is
-  a step's: the batch's peak less the earlier steps' gradients, which the judge keeps for checking.
+  a step's: the most one step allocated beyond what existed before it (its inputs, and the earlier steps'
+  gradients, which the judge keeps for checking).
 - Baselines: eager and torch.compile of the same step (and of the forward alone), and Liger-Kernel's fused
   loss as an extra step row where it is installed and agrees with the fp64 truth
   (sandbox/execution/measure_baselines.py, run
@@ -39,6 +40,7 @@ from reference.training import grad_output_scale
 from sandbox.execution import plausibility
 from sandbox import protocol as msg
 from sandbox.compare import dtype_name, fingerprint, tensor_from_bytes
+from sandbox.execution.making import made_on_device
 from sandbox.execution.phases import CallTruth, Execution, _Stop
 from sandbox.execution.timing import ARMED_BYTES, batch_size, summarize
 from sandbox.child.training import projection_weights
@@ -47,8 +49,6 @@ from sandbox.verdict import Status, TimingStats
 GRAD_SAMPLE_BYTES = 8 << 20
 """Raw gradient rows read back per checked step: all rows at the CPU sizes (128 KiB), 128 rows of kl_div
 (512 of cross_entropy) at the official sizes, where the whole 1 GiB gradient would cost ~1 s per step."""
-ALLOCATOR_BLOCK = 512
-"""PyTorch's CUDA caching allocator rounds every allocation up to a multiple of 512 bytes."""
 PROJECTION_SLACK = 1e-9
 """Relative fp64 rounding allowed in a row projection beyond the tolerance (the sums' error is ~1e-13)."""
 
@@ -182,15 +182,18 @@ class TrainingExecution(Execution):
     custom_function: bool = False
     gradient_stats: list[dict[str, Any]] = field(default_factory=list)
 
-    def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int) -> CallTruth:
-        """fp64 loss truth, input fingerprints and (unless the forward alone is timed) the gradient's truth."""
-        inputs = self.task.make_inputs(shape, distribution, seed, torch.device(self.device))
+    def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int, *, timed: bool = False) -> CallTruth:
+        """fp64 loss truth, input fingerprints and (unless the forward alone is timed) the gradient's truth; for a
+        timed step also the device time of making its inputs (sandbox/execution/making.py)."""
+        device = torch.device(self.device)
+        make = lambda: self.task.make_inputs(shape, distribution, seed, device)  # noqa: E731
+        inputs, make_ms = made_on_device(make, device) if timed else (make(), None)
         loss = self.task.ground_truth(inputs).cpu()
         prints = fingerprint(inputs)
         grad = None if self.forward_only else gradient_truth(self.task, inputs, seed)
         del inputs
         self.truth_checks += 1
-        return CallTruth(output=loss, prints=prints, gradient=grad)
+        return CallTruth(output=loss, prints=prints, gradient=grad, make_ms=make_ms)
 
     def check_grad(self, truth: GradientTruth, shape: tuple[int, ...], step: str, call: int = 0) -> GradientResult:
         """Ask for the gradient step `call` of the last trial or batch left (weights and rows only now); check it."""
@@ -243,13 +246,18 @@ class TrainingExecution(Execution):
         finally:
             self.forward_only = False
         claims = [b.claim_ms for b in timed]
-        breach = plausibility.timing_bound(claims, [b.window_ms for b in timed], [b.run_ms for b in timed],
-                                           [c.run_ms for c in self.empty_calls], torch.device(self.device).type,
-                                           training=True)
+        device_type = torch.device(self.device).type
+        judge = [b.judge_ms for b in timed]
+        breach = (plausibility.timing_bound(claims, [b.window_ms for b in timed], [b.run_ms for b in timed],
+                                            [c.run_ms for c in self.empty_calls], device_type, training=True)
+                  or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,
                         **breach.details)
-        forward = TimingStats(**{**summarize(claims), "reps": sum(b.calls for b in timed)})
+        empty_runs = [c.run_ms for c in self.empty_calls]
+        scale = plausibility.cpu_scale(claims, [b.run_ms for b in timed], empty_runs) if device_type == "cpu" else 1.0
+        forward = TimingStats(**{**summarize([b.ranked_ms * scale for b in timed]),
+                                 "reps": sum(b.calls for b in timed)})
         bandwidth = perf.bandwidth_bytes_per_s
         forward_bytes = self.task.training.forward_min_bytes(self.shape)
         breach = plausibility.speed_of_light(forward.median_ms, forward_bytes, bandwidth,
@@ -289,8 +297,8 @@ class TrainingExecution(Execution):
     # Execution.timed_batch with a training step's differences: the forward alone is armed as such (and has no
     # gradient truth: `call_truth`), and each step's gradient is checked (`grad_check`, weights and rows drawn
     # only now) once its loss has passed.
-    def arm_command(self, distributions: tuple[str, ...], seeds: list[int], empty: bool) -> msg.Arm:
-        arm = super().arm_command(distributions, seeds, empty)
+    def arm_command(self, calls: int, empty: bool) -> msg.Arm:
+        arm = super().arm_command(calls, empty)
         return arm.model_copy(update={"forward_only": self.forward_only and not empty})
 
     def check_timed_call(self, label: str, position: int, truth: CallTruth) -> None:
@@ -301,13 +309,11 @@ class TrainingExecution(Execution):
             raise _Stop(Status.INCORRECT, f"{label} left a wrong gradient: {grad.message}")
 
     def record_peak(self, batch_peak: int | None, calls: int) -> None:
-        """A step's peak: the batch's, less the gradients of the batch's earlier steps, which the judge keeps alive
-        for `grad_check` (an honest step's own peak is what is left). The forward alone records none."""
+        """A step's peak: the most a step of the batch allocated beyond what existed before it (the inputs, and the
+        earlier steps' gradients, which the judge keeps alive for `grad_check`). The forward alone records none."""
         if batch_peak is None or self.forward_only:
             return
-        rows, cols = self.shape
-        kept = (calls - 1) * -(-rows * cols * 4 // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
-        self.peak_memory = max(self.peak_memory or 0, batch_peak - kept)
+        self.peak_memory = max(self.peak_memory or 0, batch_peak)
 
 
 def execution_class(task: Task) -> type[Execution]:

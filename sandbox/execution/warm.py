@@ -82,7 +82,7 @@ from sandbox.config import JudgeConfig
 from sandbox.environment import describe
 from sandbox.execution import bytecode
 from sandbox.execution.device_gate import TIMED_STAGES, WARMING_WAIT_S, DeviceGate, GateClosed
-from sandbox.execution.phases import READY_TIMEOUT_S, Stage, TimedCall
+from sandbox.execution.phases import READY_TIMEOUT_S, Calibration, Stage
 from sandbox.execution.start_slots import HostStartSlots, SlotWaitAborted
 from sandbox.execution.training import execution_class
 from sandbox.supervisor import ChildSession
@@ -153,7 +153,8 @@ class WarmChild:
     setup_s: dict[str, float]
     """`device_s` by step, as the child measured it (`msg.Ready.setup_s`)."""
     calibration_s: float
-    empty_calls: list[TimedCall] | None
+    calibration: Calibration | None
+    """`Execution.calibrate`'s figures, measured on this child before any candidate existed (None: not yet run)."""
     environment: Environment | None
     """Read when the spare became ready (inside the gate: nvidia-smi is not run beside a timed candidate)."""
     ready_at: float
@@ -187,7 +188,7 @@ class WarmChild:
     def phase(self, stage: str, stages: dict[str, float]) -> ContextManager[None]:
         """The gate's phase for the candidate's `stage`; none for a calibration the spare ran already (the
         candidate adopts its figures and touches no device, so it need not wait for another spare's set-up)."""
-        if stage == Stage.CALIBRATION.value and self.empty_calls is not None:
+        if stage == Stage.CALIBRATION.value and self.calibration is not None:
             return contextlib.nullcontext()
         return self.gate.phase(stage, stages)
 
@@ -586,7 +587,7 @@ class WarmPool:
                 session.send(msg.Begin(task=task_id).model_dump())
                 ready = _expect(session, msg.Ready, READY_TIMEOUT_S)
                 device_s = time.monotonic() - began
-                empty_calls, calibration_s = (self._calibrate(session, task_id, device) if self.precalibrate
+                calibration, calibration_s = (self._calibrate(session, task_id, device) if self.precalibrate
                                               else (None, 0.0))
                 described = time.monotonic()
                 environment = describe(device, session.mechanism)
@@ -597,7 +598,7 @@ class WarmPool:
             return WarmChild(session=session, device=device, task_id=task_id, work_dir=spare.work_dir,
                              gate=slot.gate, spawned=spare.spawned, host_s=spare.started_at - spare.spawned,
                              gate_wait_s=began - picked, device_s=device_s, setup_s=dict(ready.setup_s),
-                             calibration_s=calibration_s, empty_calls=empty_calls, environment=environment,
+                             calibration_s=calibration_s, calibration=calibration, environment=environment,
                              ready_at=ended, slot_wait_s=spare.slot_wait_s, standby_s=picked - spare.started_at,
                              environment_s=ended - described, began_at=began, trace_probe=ready.trace)
         except BaseException:
@@ -606,7 +607,7 @@ class WarmPool:
             spare.discard()
             raise
 
-    def _calibrate(self, session: ChildSession, task_id: TaskId, device: str) -> tuple[list[TimedCall] | None, float]:
+    def _calibrate(self, session: ChildSession, task_id: TaskId, device: str) -> tuple[Calibration | None, float]:
         """`Execution.calibrate` on this child, exactly as a cold `execute` runs it; its results are adopted."""
         task = get_task(task_id)
         shape = task.official_shape if torch.device(device).type == "cuda" else task.cpu_shape
@@ -614,7 +615,7 @@ class WarmPool:
         run.session = session
         with run.stage(Stage.CALIBRATION):
             run.calibrate()
-        return list(run.empty_calls), run.stages["calibration"]
+        return run.calibration, run.stages["calibration"]
 
     def _ended(self, slot: _Slot, session: ChildSession) -> None:
         """A handed-out child was closed: its candidate is over."""

@@ -6,8 +6,8 @@ callback or a finaliser when the harness next allocates, or still running on a s
 returns outputs that are wrong when the window closes and right by the time the harness reads them. So the
 harness reads them inside the window:
 
-- every call's output is copied into a host buffer made at `arm` (no allocation in the window), right after the
-  call on the CPU (inside its timed interval), and after the batch's last end event on a GPU (before the
+- every call's output is copied into a host buffer made at `arm` (before the batch: no allocation in the window),
+  right after the call on the CPU (inside its timed interval), and after the batch's last end event on a GPU (before the
   device-wide synchronisation that ends the host clock); the copies are turned into `bytes` there, so what the
   child reports is fixed before the window closes and nothing run later can change it;
 - a training step's gradient (1 GiB for kl_div) is too large to copy in the window: SAMPLED_ROWS of its rows,
@@ -74,9 +74,11 @@ class Keeper:
     operation costs the host microseconds inside the window; a training batch has up to eight steps)."""
 
     def __init__(self, device: torch.device, shape: Sequence[int], dtype: torch.dtype, calls: int,
-                 leaves: Sequence[torch.Tensor] = (), at_close: Callable[[], list[str]] | None = None) -> None:
-        """`leaves`: one per call for training steps (the tensor whose `.grad` the step fills), else empty.
-        `at_close`: run last inside the window (the child's quick hook check); what it returns is `findings`."""
+                 leaf: tuple[int, Sequence[int], torch.dtype] | None = None,
+                 at_close: Callable[[], list[str]] | None = None) -> None:
+        """`leaf`: for training steps, (which input's `.grad` the step fills, that input's shape and dtype); the
+        step's inputs come with each `take` (they are made inside the batch). `at_close`: run last inside the
+        window (the child's quick hook check); what it returns is `findings`."""
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device, self.shape, self.dtype, self.calls = device, tuple(shape), dtype, calls
@@ -89,19 +91,19 @@ class Keeper:
         self._output_raw = _raw(self._outputs_host)
         self._output_bytes = self._outputs_host[0].numel() * self._outputs_host.element_size() if calls else 0
         self._results: list[torch.Tensor | None] = [None] * calls
-        self._leaves = tuple(leaves)
+        self._leaf = leaf
         self._grads: list[torch.Tensor | None] = [None] * calls
         self._sampled: list[tuple[int, ...]] = [()] * calls
         self._frozen: list[Kept | None] = [None] * calls
-        if self._leaves:
-            rows, cols = self._leaves[0].shape
+        if leaf is not None:
+            _, (rows, cols), leaf_dtype = leaf
             self._rows = min(SAMPLED_ROWS, rows)
             words = np.frombuffer(os.urandom(4 * cols), dtype=np.uint32) >> np.uint32(1)
             self._weights = torch.from_numpy(words.astype(np.int64)).to(device)
             self._index_host = torch.empty(calls, self._rows, dtype=torch.int64, pin_memory=pin)
             self._index_np = self._index_host.numpy()
             self._index = torch.empty_like(self._index_host, device=device) if self.cuda else self._index_host
-            self._gathered = torch.empty(calls, self._rows, cols, dtype=self._leaves[0].dtype, device=device)
+            self._gathered = torch.empty(calls, self._rows, cols, dtype=leaf_dtype, device=device)
             self._product = torch.empty(calls, self._rows, cols, dtype=torch.int64, device=device)
             self._digests = torch.empty(calls, self._rows, dtype=torch.int64, device=device)
             self._digests_host = torch.empty_like(self._digests, device="cpu", pin_memory=pin) if self.cuda \
@@ -112,17 +114,16 @@ class Keeper:
         return (type(out) is torch.Tensor and tuple(out.shape) == shape and out.dtype == dtype
                 and out.device == self.device)
 
-    def take(self, index: int, result: object) -> None:
+    def take(self, index: int, result: object, inputs: Sequence[torch.Tensor] = ()) -> None:
         self._results[index] = result if self._fits(result, self.shape, self.dtype) else None
-        if self._leaves:
-            self._draw(index)
+        if self._leaf is not None and len(inputs) > self._leaf[0]:
+            self._draw(index, inputs[self._leaf[0]])
         if not self.cuda:  # copied and fixed now, inside this call's timed interval
             self._copy(index, index + 1)
             self._frozen[index] = self._fix(index)
 
-    def _draw(self, index: int) -> None:
+    def _draw(self, index: int, leaf: torch.Tensor) -> None:
         """SAMPLED_ROWS random rows of the step's gradient, drawn now (after the step returned)."""
-        leaf = self._leaves[index]
         grad = leaf.grad
         if not self._fits(grad, tuple(leaf.shape), leaf.dtype):
             return  # refused when the gradient is taken (sandbox/child/training.py `_take_grad`), or by the parent

@@ -243,10 +243,12 @@ def test_cheap_statistics_do_not_tell_cross_entropy_planted_from_official() -> N
         stats = _cheap_statistics(task.make_inputs(shape, distribution, seed, CPU), sampler)
         return bool(((stats < low) | (stats > high)).any())
 
-    held_out = range(12)
+    # The detector can only tell the two apart when one of its 8 sampled rows is a planted one: at most
+    # 8 * k / R = 1/8 of the inputs (k <= R / 64), 3 of 24; 4 leaves room for the official side's own chance.
+    held_out = range(24)
     official = sum(flagged(OFFICIAL, s) for s in held_out)
     planted = sum(flagged(PLANTED, s) for s in held_out)
-    assert planted <= official + 2, f"flagged {planted} planted vs {official} official inputs of {len(held_out)}"
+    assert planted <= official + 4, f"flagged {planted} planted vs {official} official inputs of {len(held_out)}"
 
 
 def _hidden_loss(task: Task, inputs: list[torch.Tensor]) -> float:

@@ -393,9 +393,9 @@ def test_a_step_s_gradient_rows_are_kept_and_a_gradient_finished_later_is_report
     leaves = [torch.rand(128, 16) for _ in range(2)]
     for leaf in leaves:
         leaf.grad = torch.rand(128, 16)
-    keeper = Keeper(torch.device("cpu"), (), torch.float32, 2, leaves)
+    keeper = Keeper(torch.device("cpu"), (), torch.float32, 2, (0, (128, 16), torch.float32))
     for i in range(2):
-        keeper.take(i, torch.zeros(()))
+        keeper.take(i, torch.zeros(()), [leaves[i]])
     kept = keeper.close()
     assert all(len(k.rows) == 64 and len(k.row_digests) == 64 * 8 for k in kept)
     assert gradient_changed_after(leaves[0].grad, kept[0], 0) is None

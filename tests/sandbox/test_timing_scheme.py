@@ -7,6 +7,7 @@ fp64 truth in this process), once with the host's CPUs saturated by busy process
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -29,9 +30,15 @@ from sandbox.execution.plausibility import (
     MIN_CLAIM_FRACTION,
     MIN_CLAIM_FRACTION_TRAINING,
     RUN_NOISE_MS,
+    UNATTRIBUTED_SLACK_FRACTION,
+    UNATTRIBUTED_SLACK_MS,
     call_floor_ms,
+    cpu_scale,
+    ranked_claim,
     speed_of_light,
     timing_bound,
+    unattributed_charge,
+    unattributed_work,
 )
 
 from .conftest import CORPUS, corpus_meta
@@ -72,9 +79,18 @@ def test_a_failed_step_parses_as_a_plain_reply_with_its_error() -> None:
 
 
 def test_commands_round_trip() -> None:
-    arm = msg.Arm(shape=[64, 512], distribution="official", seed=7)
+    arm = msg.Arm(calls=3, shape=[64, 512])
     assert msg.parse_command(json.loads(json.dumps(arm.model_dump()))) == arm
-    assert isinstance(msg.parse_command({"op": "go"}), msg.Go)
+    go = msg.Go(shape=[64, 512], calls=[msg.ArmedCall(distribution="planted", seed=7)])
+    assert msg.parse_command(json.loads(json.dumps(go.model_dump()))) == go
+
+
+def test_arm_carries_no_seed_and_no_distribution() -> None:
+    """Issue 39: a batch's inputs must not exist in the child before `go`, so nothing it is sent before `go` says what
+    they will be."""
+    assert set(msg.Arm.model_fields) == {"op", "calls", "shape", "null", "forward_only"}
+    with pytest.raises(ValueError):
+        msg.parse_command({"op": "arm", "calls": 1, "shape": [4, 4], "seed": 7})
 
 
 # --- the rules, on numbers -----------------------------------------------------------------------
@@ -174,6 +190,48 @@ def test_speed_of_light() -> None:
     breach = speed_of_light(floor_ms / 3.4, 2_000_000_000, 1e12, "cuda")
     assert breach is not None and breach.rule == "implausible_speed" and "3.40x" in breach.diagnosis
     assert speed_of_light(0.001, 2_000_000_000, None, "cpu") is None  # no bandwidth measured: no rule
+
+
+# --- work done while the judge makes the inputs (issue 39) ---------------------------------------
+
+KL_MAKE_MS = 4.82
+"""Making planted kl_div inputs on an H100 (docs/results/inputs-h100-2026-11-28.md)."""
+
+
+def test_an_honest_span_before_a_call_is_charged_nothing() -> None:
+    """The child's span from a call's lead to its start is its flushes and the making, to within noise."""
+    for noise in (-0.02, 0.0, 0.03):
+        assert unattributed_charge(noise, KL_MAKE_MS) == 0.0
+        assert ranked_claim(0.72, device_type="cuda", excess_ms=noise, make_ms=KL_MAKE_MS) == 0.72
+
+
+def test_work_done_while_the_inputs_are_made_is_charged_to_the_call() -> None:
+    """A hook that does the call's work while its inputs are made (0.7 ms of it) moves nothing out of what ranks: the
+    call is charged all of it but the slack."""
+    slack = UNATTRIBUTED_SLACK_MS + UNATTRIBUTED_SLACK_FRACTION * KL_MAKE_MS
+    ranked = ranked_claim(0.02, device_type="cuda", excess_ms=0.70, make_ms=KL_MAKE_MS)
+    assert ranked == pytest.approx(0.02 + 0.70 - slack)
+    assert ranked >= 0.72 - slack
+
+
+def test_the_call_s_work_done_before_it_is_refused_outright() -> None:
+    breach = unattributed_work([0.70] * 5, [KL_MAKE_MS] * 5, [0.02] * 5, "cuda")
+    assert breach is not None and breach.rule == "unattributed_work"
+    assert "while it made the timed calls' inputs" in breach.diagnosis
+    assert unattributed_work([0.03] * 5, [KL_MAKE_MS] * 5, [0.72] * 5, "cuda") is None
+    assert unattributed_work([0.70] * 5, [0.0] * 5, [0.02] * 5, "cpu") is None, "the CPU's rule is cpu_scale"
+    # Half the batches hiding work leave the median batch honest, and those batches ranked with their charge.
+    assert unattributed_work([0.70] * 2 + [0.0] * 3, [KL_MAKE_MS] * 5, [0.72] * 5, "cuda") is None
+
+
+def test_cpu_claims_below_the_parents_accounting_are_scaled_up_to_it() -> None:
+    """A child whose clock runs at 0.7 (a patched `clock_gettime`) claims 0.7 of each call; what ranks is what the
+    kernel accounted. Honest claims (the host clock counts waiting for a CPU too) stay as they are."""
+    empty = [3.0, 3.1, 3.2]
+    runs = [3.1 + 1.0 + RUN_NOISE_MS + 0.01 * (i % 3) for i in range(30)]  # a 1 ms call's CPU time
+    assert cpu_scale([1.0 * 0.7] * 30, runs, empty) == pytest.approx(1 / 0.7, rel=0.02)
+    assert cpu_scale([1.1] * 30, runs, empty) == 1.0
+    assert cpu_scale([1.0] * 30, runs, []) == 1.0, "no empty batches: nothing to compare with"
 
 
 # --- the real judge ---------------------------------------------------------------------------------
@@ -289,19 +347,45 @@ def _gpu_clock(monkeypatch, log: list, **kwargs: float) -> DeviceClock:
     return clock
 
 
-def test_a_gpu_batch_queues_its_lead_before_the_first_call_and_does_not_time_it(monkeypatch) -> None:
-    """The lead (timing.LEAD_MS of flushes) goes ahead of the first call's own flush, outside every event pair,
-    and the host clock's share of the batch leaves it out as it leaves out the calls' flushes."""
+def test_a_gpu_batch_queues_a_lead_before_each_call_and_does_not_time_it(monkeypatch) -> None:
+    """Each call's lead (timing.LEAD_MS of flushes), then the making of its inputs and its own flush, lie between an
+    event that opens the call's span and its start event: outside the call's events, inside its reported `made_ms`,
+    and left out of the host clock's share with them."""
     log: list = []
     clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
     assert clock.flush_ms == pytest.approx(0.09) and clock.lead_flushes == 6, "ceil(0.5 / 0.09) whole flushes"
-    calls = [lambda i=i: log.append(f"call {i}") for i in range(3)]
+    calls = [timing.Call(lambda i=i: log.append(f"make {i}") or [], lambda inputs, i=i: log.append(f"call {i}"))
+             for i in range(3)]
     batch = timing.time_cuda_batch(clock, calls)
-    per_call = ["flush", "event", "call {}", "event"]
-    expected = ["sync", *["flush"] * 6, *[step.format(i) for i in range(3) for step in per_call], "sync"]
+    per_call = ["event", *["flush"] * 6, "make {}", "flush", "event", "call {}", "event"]
+    expected = ["sync", *[step.format(i) for i in range(3) for step in per_call], "sync"]
     assert log == expected
     assert batch.events_ms == [1.0, 1.0, 1.0] and not batch.hidden_work and batch.times_ms == [1.0] * 3
-    assert batch.host_ms == 0.0, "nine flushes of 0.09 ms came off a host time far smaller than them"
+    assert batch.made_ms == [1.0, 1.0, 1.0] and len(batch.idle_ms) == 2, "a span before each call, an idle between"
+    assert batch.host_ms == 0.0, "the spans before the calls came off a host time far smaller than them"
+
+
+def test_a_calls_inputs_are_made_inside_the_batch_just_before_it(monkeypatch) -> None:
+    """Issue 39: call i's inputs do not exist while call i - 1 runs (nor before the batch): its `make` runs after the
+    previous call returned, and its `run` gets what that `make` returned."""
+    log: list = []
+    clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
+    seen: list = []
+
+    def make(i: int) -> list:
+        log.append(f"make {i}")
+        return [torch.full((1,), float(i))]
+
+    calls = [timing.Call(lambda i=i: make(i), lambda inputs: seen.append(float(inputs[0]))) for i in range(3)]
+    batch = timing.time_cuda_batch(clock, calls)
+    assert seen == [0.0, 1.0, 2.0] and [float(x[0]) for x, in batch.inputs] == [0.0, 1.0, 2.0]
+    makes = [i for i, step in enumerate(log) if step.startswith("make")]
+    calls_at = [i for i, step in enumerate(log) if step == "event"][2::3]  # each call's end event
+    assert makes[1] > calls_at[0] and makes[2] > calls_at[1], log
+    cpu = timing.time_cpu_batch(DeviceClock(torch.device("cpu")),
+                                [timing.Call(lambda i=i: [torch.full((1,), float(i))], lambda inputs: inputs[0] * 2)
+                                 for i in range(2)])
+    assert [float(r[0]) for r in cpu.results] == [0.0, 2.0] and len(cpu.made_ms) == 2
 
 
 def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> None:
@@ -310,9 +394,19 @@ def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> N
     clock = _gpu_clock(monkeypatch, log)
     assert clock.lead_ms == 0 and clock.lead_flushes == 0
     timing.time_cuda_batch(clock, [lambda: log.append("call")])
-    assert log == ["sync", "flush", "event", "call", "event", "sync"]
+    assert log == ["sync", "event", "flush", "event", "call", "event", "sync"]
     monkeypatch.delenv("JUDGE_TIMING_LEAD_MS")
     assert DeviceClock(torch.device("cpu")).lead_ms == timing.LEAD_MS
+
+
+def test_the_lead_covers_the_hosts_queueing_of_the_inputs(monkeypatch) -> None:
+    """Where making a call's inputs takes the host longer to queue than LEAD_MS, the lead is LEAD_MAKE_FACTOR times
+    that (the device then never waits for the host inside the span it reports), capped at MAX_LEAD_MS."""
+    log: list = []
+    clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
+    assert clock.size_lead(0.1) == 6
+    assert clock.size_lead(1.0) == math.ceil(timing.LEAD_MAKE_FACTOR * 1.0 / 0.09)
+    assert clock.size_lead(100.0) == math.ceil(timing.MAX_LEAD_MS / 0.09)
 
 
 def test_a_traced_child_queues_a_longer_lead_unless_told_otherwise(monkeypatch) -> None:

@@ -163,8 +163,7 @@ def test_protocol_carries_the_training_messages() -> None:
     assert isinstance(cmd, msg.GradCheck) and cmd.rows == [0, 5]
     with pytest.raises(Exception):  # noqa: B017, PT011 - pydantic's ValidationError
         msg.parse_command({"op": "grad_check", "rows": [-1], "weight_seed": 7})
-    assert msg.parse_command({"op": "arm", "shape": [2, 3], "distribution": "official", "seed": 1,
-                              "forward_only": True}).forward_only
+    assert msg.parse_command({"op": "arm", "calls": 2, "shape": [2, 3], "forward_only": True}).forward_only
     bad = {"op": "grad_check", "ok": True, "dtype": "float32", "shape": [2, 3], "extra": 1}
     with pytest.raises(msg.ProtocolError):
         msg.parse_reply(bad, msg.GradCheckReply)

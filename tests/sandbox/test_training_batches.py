@@ -61,7 +61,7 @@ def drive(tmp_path: Path, source: str, steps: int) -> dict:
 
 def test_a_batch_of_steps_keeps_every_gradient_for_its_check(tmp_path: Path) -> None:
     report = drive(tmp_path, HONEST, 3)
-    assert report["before_all"] == report["outputs"] == report["times"] == report["after_all"] == 3
+    assert report["made"] == report["outputs"] == report["times"] == report["after_all"] == 3
     assert report["unchanged"]
     # each step's own gradient (its own inputs and incoming scale), not the last step's for all three
     assert len(report["relative_errors"]) == 3 and max(report["relative_errors"]) < 1e-5

@@ -20,9 +20,8 @@ task_id = "kl_div" if mode == "forward" else "kl_div_train"
 child = (Child if mode == "forward" else TrainingChild)(task_id, "cpu", source, res_fd=-1)
 child.load(msg.Load())
 shape = list(get_task(task_id).cpu_shape)
-more = [msg.ArmedCall(distribution="official", seed=12)]
-child.arm(msg.Arm(shape=shape, distribution="official", seed=11, more=more))
-child.go(msg.Go())
+child.arm(msg.Arm(calls=2, shape=shape))
+child.go(msg.Go(shape=shape, calls=[msg.ArmedCall(distribution="official", seed=s) for s in (11, 12)]))
 if mode == "forward":
     if late:
         child.window_outputs[0][0].add_(1.0)

@@ -1,0 +1,73 @@
+"""The parent's own making of a timed call's inputs, and what it took the device: the judge's work inside a batch.
+
+Trusted; runs in the parent. A timed call's inputs are made in the child inside the timed batch, just before the
+call (sandbox/execution/timing.py), so that no code of the candidate's can work on them before the batch. The
+device's span from the call's lead to its start event is therefore the judge's work (the lead's flushes, the
+making, one flush) plus whatever else ran there. The flushes are calibrated before the candidate exists; the
+making is measured here, on the parent's own device, for the same seed: the same kernels on the same sizes, so the
+same device time (on an H100, 2026-11-28: kl_div's planted inputs 4.82 ms, spread 0.35% over six; cross_entropy's
+0.32 ms; docs/results/inputs-h100-2026-11-28.md). What the child's span holds beyond that is work the judge did not
+ask for, and the parent charges it to the call (sandbox/execution/plausibility.py, `unattributed_work`).
+
+The parent measures device time alone: a sleep kernel queued ahead of the making gives the host time to queue all
+of it before the device starts, so no launch latency of the host's is in the figure (making cross_entropy's inputs
+takes the host longer to queue than the device to run).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+SLEEP_CALIBRATION_CYCLES = 2_000_000
+"""The sleep kernel's length when its clock is measured (~1 ms on an H100's ~1.98 GHz SM clock)."""
+MIN_HEAD_START_MS = 1.0
+HEAD_START_FACTOR = 2.0
+"""The sleep ahead of the making: twice what the host last took to queue it, at least 1 ms."""
+MAX_HEAD_START_MS = 20.0
+
+_cycles_per_ms: dict[int, float] = {}
+_last_queue_ms: dict[int, float] = {}
+_lock = threading.Lock()
+
+
+def _sleep_rate(index: int) -> float:
+    """Cycles of `torch.cuda._sleep` per millisecond on this device, measured once."""
+    with _lock:
+        if index not in _cycles_per_ms:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            stream = torch.cuda.current_stream(index)
+            torch.cuda._sleep(SLEEP_CALIBRATION_CYCLES // 4)  # the kernel loaded and the clocks up
+            start.record(stream)
+            torch.cuda._sleep(SLEEP_CALIBRATION_CYCLES)
+            end.record(stream)
+            end.synchronize()
+            _cycles_per_ms[index] = SLEEP_CALIBRATION_CYCLES / max(start.elapsed_time(end), 1e-3)
+        return _cycles_per_ms[index]
+
+
+def made_on_device(make: Callable[[], list[torch.Tensor]],
+                   device: torch.device) -> tuple[list[torch.Tensor], float | None]:
+    """(inputs, device ms the making took): `make()` on `device`, timed by events on its current stream behind a
+    sleep long enough for the host to queue all of it first. On the CPU: (inputs, None): the CPU's making is
+    calibrated in the child itself (sandbox/child/harness.py, `_making_cost`)."""
+    if device.type != "cuda":
+        return make(), None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(index):
+        rate = _sleep_rate(index)
+        stream = torch.cuda.current_stream(index)
+        head_start = min(max(MIN_HEAD_START_MS, HEAD_START_FACTOR * _last_queue_ms.get(index, 0.0)),
+                         MAX_HEAD_START_MS)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(head_start * rate))
+        queued = time.perf_counter()
+        start.record(stream)
+        inputs = make()
+        end.record(stream)
+        _last_queue_ms[index] = (time.perf_counter() - queued) * 1e3
+        end.synchronize()
+        return inputs, start.elapsed_time(end)

@@ -1,0 +1,44 @@
+"""Issue 39: no task work outside the timed window, whatever runs it; and a child's forged frames are its verdict.
+
+A timed call's inputs are made inside `go`, just before the call (sandbox/execution/timing.py): before that they do
+not exist in the child, so code of the candidate's that works on them, whatever triggers it, runs inside the round
+trip the parent measures. These judge real candidates (C++ builds, isolated children) at the CPU size:
+
+- one that wraps the task's own input generator in the child (module state that no hook registry lists) and does
+  every timed call's work there is refused by the parent's CPU accounting of the round trip;
+- one whose import writes a frame that is not the judge's on its pipes, in the build child, gets the candidate's
+  verdict (compile_error, rule "protocol"), stored, never a system_error of the judge's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sandbox import Status, judge, prepare
+
+from .conftest import corpus_meta
+
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
+
+
+def test_work_done_by_a_wrapped_task_generator_is_inside_the_measured_round_trip(judge_config) -> None:
+    path = CANDIDATES / "wraps_the_task_generator.py"
+    meta = corpus_meta(path)
+    verdict = judge(meta["task"], path.read_text(), "cpu", config=judge_config)
+    assert verdict.status.value == meta["expect"], verdict.diagnosis
+    assert re.search(meta["diagnosis"], verdict.diagnosis) and verdict.details["rule"] == "timing"
+    timing = verdict.details["timing"]
+    assert timing["call_floor_ms"] > 2 * min(timing["batch_claims_ms"]), "the parent measured the hidden work"
+
+
+def test_a_build_child_that_forges_its_reply_gets_the_candidates_verdict_and_it_is_stored(judge_config) -> None:
+    path = CANDIDATES / "forges_the_build_reply.py"
+    meta = corpus_meta(path)
+    verdict = judge(meta["task"], path.read_text(), "cpu", config=judge_config)
+    assert verdict.status is Status.COMPILE_ERROR and verdict.status.value == meta["expect"], verdict.diagnosis
+    assert re.search(meta["diagnosis"], verdict.diagnosis) and verdict.details["rule"] == "protocol"
+    again = prepare(meta["task"], path.read_text(), target="cpu", config=judge_config)
+    assert again.status is Status.COMPILE_ERROR and again.details["rule"] == "protocol"
+    # Stored like any build outcome: the second answer is read back, no child is started for it.
+    assert again.stages["compile"] < 0.5 < verdict.stages["compile"], (again.stages, verdict.stages)
