@@ -727,7 +727,7 @@ class Execution:
         judge_ms = sum(t.make_ms or 0.0 for t in truths) / n
         made_ms = sum(went.made_ms) / n
         excess_ms = 0.0
-        if self.is_cuda and self.calibration is not None:
+        if self.is_cuda and self.calibration is not None and truths:
             own = (self.calibration.lead_flushes + 1) * self.calibration.flush_ms
             excess_ms = made_ms - own - judge_ms
         run_ms, window_ms = seen.pop("run_ms") / n, seen.pop("window_ms") / n
