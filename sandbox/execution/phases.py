@@ -730,6 +730,10 @@ class Execution:
         if self.is_cuda and self.calibration is not None and truths:
             own = (self.calibration.lead_flushes + 1) * self.calibration.flush_ms
             excess_ms = made_ms - own - judge_ms
+            if plausibility.too_short(excess_ms, own + judge_ms):
+                raise _Stop(Status.TAMPER_DETECTED, f"the child reports its span before each call as {made_ms:.4f} ms, "
+                            f"but its flushes and the making of the inputs alone take {own + judge_ms:.4f} ms on this "
+                            "device (the judge made the same inputs and timed that): a forged reply", rule="protocol")
         run_ms, window_ms = seen.pop("run_ms") / n, seen.pop("window_ms") / n
         ranked = plausibility.ranked_claim(went.time_ms, device_type="cuda" if self.is_cuda else "cpu",
                                            excess_ms=excess_ms, make_ms=judge_ms)

@@ -215,6 +215,19 @@ refused outright (`tamper_detected`, rule `unattributed_work`): a call whose wor
 (by a hook of any kind the harness's own code triggers) is not a measurement, even once charged."""
 
 
+SHORT_SPAN_SLACK_MS = 0.05
+SHORT_SPAN_FRACTION = 0.1
+"""A child's span before a call shorter than the judge's own work in it (its calibrated flushes and the making of the
+inputs, which the parent times itself) by more than this is not a measurement: the device cannot make the inputs
+faster than it did for the parent. 10% and 50 us are several times the spread of either figure (0.35% for kl_div's
+making, docs/results/inputs-h100-2026-11-28.md)."""
+
+
+def too_short(excess_ms: float, own_ms: float) -> bool:
+    """Whether a span before a call (beyond the judge's own work, `excess_ms`) is shorter than that work can be."""
+    return excess_ms < -(SHORT_SPAN_SLACK_MS + SHORT_SPAN_FRACTION * own_ms)
+
+
 def unattributed_charge(excess_ms: float, make_ms: float) -> float:
     """What a call is charged for device time before it beyond the judge's own work (per call, ms)."""
     return max(0.0, excess_ms - UNATTRIBUTED_SLACK_MS - UNATTRIBUTED_SLACK_FRACTION * make_ms)

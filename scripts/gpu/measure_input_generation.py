@@ -21,10 +21,11 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
-from reference import TaskId, get_task
+from reference import Task, TaskId, get_task
 
 REPS = 15
 FLUSH_BYTES = 256 << 20
@@ -37,7 +38,7 @@ def _quantiles(values: list[float]) -> dict[str, float]:
             "min": round(ordered[0], 5), "max": round(ordered[-1], 5)}
 
 
-def _syncs(task, shape, distribution: str, device: torch.device) -> str:
+def _syncs(task: Task, shape: tuple[int, ...], distribution: str, device: torch.device) -> str:
     torch.cuda.set_sync_debug_mode("error")
     try:
         task.make_inputs(shape, distribution, 12345, device)
@@ -48,7 +49,7 @@ def _syncs(task, shape, distribution: str, device: torch.device) -> str:
         torch.cuda.set_sync_debug_mode("default")
 
 
-def _timed(fn, reps: int) -> tuple[list[float], list[float]]:
+def _timed(fn: Callable[[], object], reps: int) -> tuple[list[float], list[float]]:
     device_ms, host_ms = [], []
     for _ in range(reps):
         torch.cuda.synchronize()
@@ -63,7 +64,8 @@ def _timed(fn, reps: int) -> tuple[list[float], list[float]]:
     return device_ms, host_ms
 
 
-def _queued(task, shape, distribution: str, device: torch.device, flush: torch.Tensor) -> dict[str, float]:
+def _queued(task: Task, shape: tuple[int, ...], distribution: str, device: torch.device,
+            flush: torch.Tensor) -> dict[str, object]:
     """Three (make, flush, read) back to back between two synchronisations, events around each part."""
     torch.cuda.synchronize()
     marks = [torch.cuda.Event(enable_timing=True) for _ in range(10)]
@@ -99,17 +101,18 @@ def main() -> None:
             task.make_inputs(shape, distribution, 1, device)  # allocator and kernels warm
             syncs = _syncs(task, shape, distribution, device)
             make_dev, make_host = _timed(lambda: task.make_inputs(shape, distribution, 4242, device), REPS)
-            inputs = task.make_inputs(shape, distribution, 99, device)
-            read_dev, _ = _timed(lambda: [t.sum() for t in inputs if t.is_floating_point()], REPS)
-            del inputs
+            made = task.make_inputs(shape, distribution, 99, device)
+            read_dev, _ = _timed(lambda made=made: [t.sum() for t in made if t.is_floating_point()], REPS)
+            del made
             queued = [_queued(task, shape, distribution, device, flush) for _ in range(3)]
             row = {"task": task_id, "distribution": distribution, "shape": list(shape), "syncs": syncs,
                    "make_device_ms": _quantiles(make_dev), "make_host_ms": _quantiles(make_host),
                    "read_device_ms": _quantiles(read_dev), "queued": queued}
             rows.append(row)
             gap = [q["span_ms"] - sum(q["make_ms"]) - sum(q["flush_ms"]) - sum(q["read_ms"]) for q in queued]
-            print(f"{task_id:14s} {distribution:20s} syncs={syncs[:40]:40s} make {row['make_device_ms']['median']:.4f} ms "
-                  f"[{row['make_device_ms']['q25']:.4f}, {row['make_device_ms']['q75']:.4f}] host {row['make_host_ms']['median']:.3f} "
+            make = row["make_device_ms"]
+            print(f"{task_id:14s} {distribution:20s} syncs={syncs[:40]:40s} make {make['median']:.4f} ms "
+                  f"[{make['q25']:.4f}, {make['q75']:.4f}] host {row['make_host_ms']['median']:.3f} "
                   f"read {row['read_device_ms']['median']:.4f} queued gap {max(gap):.4f} ms", flush=True)
     info = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "cuda": torch.version.cuda,
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rows": rows}

@@ -122,7 +122,8 @@ def test_the_harness_work_between_batches_is_its_own():
         for _ in range(2):
             t.call()
     assert tracing.judge([t.text()], KEY, [2, 2, 2], warmup_calls=set(), lead_flushes=LEAD).status == "clean"
-    outcome = tracing.judge([t.text()], KEY, [6], warmup_calls=set(), lead_flushes=LEAD)  # one batch: those steps inside it
+    # One batch: those steps inside it.
+    outcome = tracing.judge([t.text()], KEY, [6], warmup_calls=set(), lead_flushes=LEAD)
     assert outcome.refused and outcome.rule == "outside_windows"
     assert "'Memcpy DtoH (Device -> Pinned)'" in outcome.message
 
@@ -160,7 +161,8 @@ def test_a_truncated_or_absent_record_is_tampering():
     text = honest().text()
     outcome = tracing.judge([text[: len(text) // 2]], KEY, [4], warmup_calls=set(), lead_flushes=LEAD)
     assert outcome.refused and outcome.rule == "trace_cut" and "could not be read" in outcome.message
-    assert tracing.judge([], KEY, [4], warmup_calls=set(), lead_flushes=LEAD).rule == "canaries"  # no segment: every canary missing
+    # No segment: every canary missing.
+    assert tracing.judge([], KEY, [4], warmup_calls=set(), lead_flushes=LEAD).rule == "canaries"
 
 
 @pytest.mark.parametrize("every_gap", [False, True])

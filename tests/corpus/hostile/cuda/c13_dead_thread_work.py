@@ -21,7 +21,7 @@ it. The estimate's four calls on one input set mark the end of the trials (ESTIM
 
 expect: tamper_detected
 task: kl_div
-diagnosis: far below what the judge
+diagnosis: (far below what the judge|device work the judge did not ask for)
 """
 import json
 import os
@@ -160,6 +160,9 @@ class ModelNew(nn.Module):
         mean = sum(claims) / len(claims)
         body = json.dumps({"op": "go", "ok": True, "dtype": "float32", "shape": [], "time_ms": mean,
                            "times_ms": claims, "event_ms": mean, "host_ms": mean, "hidden_work": False,
+                           # Spans before the calls long enough to pass for the judge's own (a lead and the making
+                           # of kl_div's inputs take ~7 ms on an H100): charged, if longer, never refused as short.
+                           "made_ms": [8.0] * len(claims), "idle_ms": [0.0] * (len(claims) - 1),
                            "payload_sizes": [len(p) for p in payloads]}).encode()
         os.write(RES_FD, LENGTH.pack(len(body)) + body + b"".join(payloads))
         saved = os.dup(RES_FD)
