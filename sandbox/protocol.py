@@ -188,7 +188,7 @@ class Arm(Message):
 
 
 class Go(Message):
-    """Run the armed batch now: for each call, make its inputs from its seed, then call it, timed (sandbox/execution/
+    """Run the armed batch now: make every call's inputs from its seed, then the calls, timed (sandbox/execution/
     timing.py, `time_batch`); reply at once with the outputs and the measured times."""
 
     op: Literal["go"] = "go"
@@ -313,8 +313,9 @@ class CalibrateReply(Reply):
     host_overhead_ms: float
     flush_ms: float = 0.0
     """A GPU flush's device time (the L2 eviction before each call, and the lead's unit)."""
-    lead_flushes: int = 0
-    """Flushes before each timed call (the lead), sized from `make_host_ms`."""
+    lead_ms: float = 0.0
+    """The least lead before a batch; with `make_host_ms` it sizes each batch's (sandbox/execution/timing.py,
+    `lead_flushes`)."""
     make_host_ms: float = 0.0
     """The host's time to queue (GPU) or do (CPU) the making of one timed call's inputs, the slowest distribution's."""
 
@@ -362,11 +363,11 @@ class GoReply(Reply):
     """The host clock around the whole batch, device-wide synchronisation included, less the judge's own work in it."""
     event_ms: float | None = None
     hidden_work: bool
-    made_ms: Spans = []
-    """Each call's judge-side span before it: GPU, the device from its lead to its start event (the lead, the making
-    of its inputs, a flush); CPU, the host clock around the making of its inputs."""
-    idle_ms: Spans = []
-    """GPU: the device from each call's end event to the next call's lead."""
+    made_ms: float = 0.0
+    """The judge's span before the first call: GPU, the device from the batch's lead to the first call's start event
+    (the lead, the making of every call's inputs, a flush); CPU, the host clock around the making of the inputs."""
+    gaps_ms: Spans = []
+    """GPU: the device from each call's end event to the next call's start event (its flush, any wait for the host)."""
 
 
 class TraceEndReply(Reply):

@@ -9,7 +9,7 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
 - it hands back raw bytes of outputs and fingerprints of inputs; the parent rebuilds and compares;
 - seeds arrive after the candidate is imported, one per trial and one per timed call, each only when
   its call is about to run, so nothing can be precomputed or reused (see sandbox/execution/phases.py); a timed
-  call's inputs are made inside `go`'s batch, right before the call, so they do not exist anywhere in this process
+  call's inputs are made inside `go`'s batch, before its calls, so they do not exist anywhere in this process
   before the measured batch: whatever of the candidate's runs (a hook, a finaliser, a tracer, a native thread)
   and whenever it runs, work on them happens inside what the judge measures (sandbox/execution/timing.py);
 - the objects it relies on (timers, synchronisation, tensor methods, its own functions) are captured
@@ -543,9 +543,9 @@ class Child:
         times = _timing.time_calls(self.clock, lambda: self.model(*inputs), reps=3, warmup=1)
         return _protocol.EstimateReply.success(estimate_ms=sorted(times.times_ms)[1])
 
-    # One timed batch is three messages: `arm` (the window's buffers; no inputs, no seeds), `go` (for each call, its
-    # inputs made from the seed `go` carries, then the call, timed; answered at once), `inspect` (the inputs
-    # fingerprinted, integrity checks). The parent's clock runs from sending `go` to reading its reply.
+    # One timed batch is three messages: `arm` (the window's buffers; no inputs, no seeds), `go` (every call's inputs
+    # made from the seeds `go` carries, then the calls, timed; answered at once), `inspect` (the inputs fingerprinted,
+    # integrity checks). The parent's clock runs from sending `go` to reading its reply.
     def arm(self, cmd: _protocol.Arm) -> _protocol.ArmReply:
         if not cmd.null and self.model is None:
             raise RuntimeError("arm before load")
@@ -579,7 +579,7 @@ class Child:
         return self._batch_reply(batch, batch.inputs)
 
     def _maker(self, shape: tuple[int, ...], distribution: str, seed: int) -> Callable[[], list[torch.Tensor]]:
-        """A timed call's input-making, run inside the batch just before the call. The empty calls of calibration make
+        """A timed call's input-making, run inside the batch before its calls. The empty calls of calibration make
         real inputs too: an empty batch is the judge's whole own work in a round trip, so what a real one costs
         beyond it is the candidate's (on the CPU, evicting the cache after the inputs were written costs more than
         evicting it idle: ~1.1 ms more a call for kl_div's at the CPU size, measured with thread_time)."""
@@ -621,7 +621,7 @@ class Child:
         return _protocol.GoReply.success(**meta, time_ms=batch.mean_ms, times_ms=batch.times_ms, host_ms=batch.host_ms,
                                          event_ms=sum(batch.events_ms) / len(sets) if batch.events_ms else None,
                                          hidden_work=batch.hidden_work, made_ms=batch.made_ms,
-                                         idle_ms=batch.idle_ms), payloads
+                                         gaps_ms=batch.gaps_ms), payloads
 
     def inspect(self, cmd: _protocol.Inspect) -> _protocol.InspectReply:
         sets, self.ran = self.ran, None
@@ -644,9 +644,9 @@ class Child:
         which sizes the lead before each timed call."""
         overhead = self.clock.calibrate(cmd.reps)
         host_ms = self._making_cost(tuple(cmd.shape), cmd.distributions) if cmd.shape else 0.0
-        lead = self.clock.size_lead(host_ms)
+        self.clock.learn_making(host_ms)
         return _protocol.CalibrateReply.success(host_overhead_ms=overhead, flush_ms=self.clock.flush_ms,
-                                                lead_flushes=lead, make_host_ms=host_ms)
+                                                lead_ms=self.clock.lead_ms, make_host_ms=host_ms)
 
     def _making_cost(self, shape: tuple[int, ...], distributions: list[str]) -> float:
         """The host's time to queue (GPU: no synchronisation inside it) or do (CPU) the making of one timed call's

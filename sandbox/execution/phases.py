@@ -47,7 +47,7 @@ from sandbox.config import JudgeConfig
 from sandbox.environment import describe
 from sandbox.supervisor import ChildFailure, ChildResult, ChildSession
 from sandbox.stages import timed
-from sandbox.execution.timing import batch_size, plan_reps, summarize
+from sandbox.execution.timing import batch_size, lead_flushes, plan_reps, summarize
 from sandbox.verdict import Performance, Status, TimingStats, TrialResult
 
 if TYPE_CHECKING:
@@ -132,15 +132,16 @@ class TimedCall:
     truth_ms: float = 0.0
     """The parent's own work before the batch (fp64 truth and fingerprints of the calls' inputs), per call."""
     made_ms: float = 0.0
-    """The child's judge-side span before each call, per call (sandbox/execution/timing.py `BatchTime.made_ms`)."""
+    """The child's span before the batch's first call, per call (sandbox/execution/timing.py `BatchTime.made_ms`)."""
     judge_ms: float = 0.0
     """GPU: the device time the parent's own making of the calls' inputs took, per call (sandbox/execution/making.py):
     what the child's span before each call holds besides its flushes."""
     excess_ms: float = 0.0
-    """GPU: the child's span before each call beyond the judge's own work in it (its lead's flushes, the making of the
-    inputs, a flush), per call: device time the judge did not ask for."""
-    idle_ms: float = 0.0
-    """GPU: the device idle between a call's end and the next call's lead, per call (the host behind)."""
+    """GPU: the child's span before the batch's first call beyond the judge's own work in it (the lead's flushes, the
+    making of every call's inputs, a flush), per call: device time the judge did not ask for."""
+    gap_ms: float = 0.0
+    """GPU: the device from a call's end to the next call's start beyond the flush there, per gap (the host behind, or
+    work deferred past a call: the host clock's rule and the window bound it)."""
     ranked_ms: float = 0.0
     """What the batch ranks, per call: the claim plus what the parent charges it (plausibility.ranked_claim)."""
     cpu_source: str = ""
@@ -175,17 +176,17 @@ class TimingDetails:
     truth_ms: list[float]
     empty_arm_window_ms: float
     made_ms: list[float]
-    """Per timed batch, per call: the child's span before each call (GPU: device time from its lead to its start
-    event; CPU: the host clock around the making of its inputs)."""
+    """Per timed batch, per call: the child's span before the batch's first call (GPU: device time from the lead to
+    the first start event; CPU: the host clock around the making of the inputs)."""
     judge_ms: list[float]
     """GPU, per timed batch, per call: the device time the parent's own making of the same inputs took."""
     unattributed_ms: list[float]
     """GPU, per timed batch, per call: device time before the calls beyond the judge's own work (charged)."""
-    idle_ms: list[float]
-    """GPU, per timed batch, per call: the device idle between a call and the next one's lead (the host behind)."""
+    gaps_ms: list[float]
+    """GPU, per timed batch: the device between a call's end and the next one's start beyond its flush, per gap."""
     ranked_ms: list[float]
     """Per timed batch, per call: what ranks (the claim and its charge: plausibility.ranked_claim)."""
-    lead_flushes: int
+    lead_ms: float
     flush_ms: float
     speed_of_light_limit: float
     claims_ms: list[float]
@@ -221,8 +222,8 @@ class Calibration:
     empty_calls: tuple[TimedCall, ...]
     flush_ms: float
     """A GPU flush's device time (the lead's unit, and the flush before each call)."""
-    lead_flushes: int
-    """Flushes in each call's lead."""
+    lead_ms: float
+    """The least lead before a batch; with `make_host_ms` it sizes each batch's (timing.lead_flushes)."""
     make_host_ms: float
     """The host's time to queue the making of one timed call's inputs (what sized the lead)."""
 
@@ -394,7 +395,7 @@ class Execution:
         assert isinstance(clock, msg.CalibrateReply)
         pool, size = self.timing_distributions(), self.batch_size()
         empty = tuple(self.timed_batch(i, self.draw(pool, size), empty=True) for i in range(EMPTY_CALLS))
-        self.calibration = Calibration(empty_calls=empty, flush_ms=clock.flush_ms, lead_flushes=clock.lead_flushes,
+        self.calibration = Calibration(empty_calls=empty, flush_ms=clock.flush_ms, lead_ms=clock.lead_ms,
                                        make_host_ms=clock.make_host_ms)
 
     def extensions_env(self) -> dict[str, str]:
@@ -531,9 +532,9 @@ class Execution:
             made_ms=[round(b.made_ms, 5) for b in timed],
             judge_ms=[round(b.judge_ms, 5) for b in timed],
             unattributed_ms=[round(b.excess_ms, 5) for b in timed],
-            idle_ms=[round(b.idle_ms, 5) for b in timed],
+            gaps_ms=[round(b.gap_ms, 5) for b in timed],
             ranked_ms=[round(b.ranked_ms, 5) for b in timed],
-            lead_flushes=calibration.lead_flushes if calibration is not None else 0,
+            lead_ms=calibration.lead_ms if calibration is not None else 0.0,
             flush_ms=calibration.flush_ms if calibration is not None else 0.0,
             speed_of_light_limit=plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
             claims_ms=[round(c, 5) for b in timed for c in b.claims_ms],
@@ -582,8 +583,7 @@ class Execution:
                 f"the kernel trace is absent or unreadable after CUDA work ran ({unreadable or 'no segment'}"
                 f"{'; the recorder said: ' + reply.recorder_error if reply.recorder_error else ''})"))
         else:
-            lead = self.calibration.lead_flushes if self.calibration is not None else 0
-            outcome = tracing.judge(texts, self.trace_key, self.traced_batches, self.warmup_calls, lead)
+            outcome = tracing.judge(texts, self.trace_key, self.traced_batches, self.warmup_calls)
         details["trace"] = {**outcome.details, "status": outcome.status, "calls": self.traced_calls,
                             "segments": len(texts)}
         if outcome.refused:
@@ -693,11 +693,10 @@ class Execution:
         if went.rejected_output:
             raise _Stop(Status.INCORRECT, f"{step}: {went.rejected_output}")
         assert isinstance(went, msg.GoReply)
-        spans = (went.made_ms if self.is_cuda else []) + (went.idle_ms if self.is_cuda else [])
-        if (len(raw.payloads) != n or len(went.times_ms) != n or len(went.made_ms) != n
-                or (self.is_cuda and len(went.idle_ms) != n - 1) or not all(v >= 0 for v in spans)):
+        if (len(raw.payloads) != n or len(went.times_ms) != n or went.made_ms < 0
+                or (self.is_cuda and len(went.gaps_ms) != n - 1) or not all(v >= 0 for v in went.gaps_ms)):
             raise _Stop(Status.TAMPER_DETECTED, f"{step}: {len(raw.payloads)} outputs, {len(went.times_ms)} times and "
-                        f"{len(went.made_ms)} spans for {n} calls (a forged reply)", rule="protocol")
+                        f"{len(went.gaps_ms)} gaps for {n} calls (a forged reply)", rule="protocol")
         outs = [self.output(went, [payload], step) for payload in raw.payloads]
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
         batch = self.measured(went, truths, n, window_ms=window_ms, run_ms=done.since(ran) / 1e6, arm_ms=arm_ms,
@@ -725,15 +724,20 @@ class Execution:
         """One batch in per-call figures: what the child claims, what the parent saw, the judge's own work inside the
         round trip, and what the batch ranks (sandbox/execution/plausibility.py, `ranked_claim`)."""
         judge_ms = sum(t.make_ms or 0.0 for t in truths) / n
-        made_ms = sum(went.made_ms) / n
+        made_ms = went.made_ms / n
         excess_ms = 0.0
-        if self.is_cuda and self.calibration is not None and truths:
-            own = (self.calibration.lead_flushes + 1) * self.calibration.flush_ms
+        calibration = self.calibration
+        if self.is_cuda and calibration is not None and truths:
+            flushes = lead_flushes(calibration.lead_ms, calibration.make_host_ms, n, calibration.flush_ms) + 1
+            own = flushes * calibration.flush_ms / n
             excess_ms = made_ms - own - judge_ms
             if plausibility.too_short(excess_ms, own + judge_ms):
-                raise _Stop(Status.TAMPER_DETECTED, f"the child reports its span before each call as {made_ms:.4f} ms, "
-                            f"but its flushes and the making of the inputs alone take {own + judge_ms:.4f} ms on this "
-                            "device (the judge made the same inputs and timed that): a forged reply", rule="protocol")
+                raise _Stop(Status.TAMPER_DETECTED, "the child reports its span before the calls as "
+                            f"{went.made_ms:.4f} ms, but its flushes and the making of the inputs alone take "
+                            f"{n * (own + judge_ms):.4f} ms on this device (the judge made the same inputs and timed "
+                            "that): a forged reply", rule="protocol")
+        flush_ms = calibration.flush_ms if calibration is not None else 0.0
+        gap_ms = sum(g - flush_ms for g in went.gaps_ms) / max(len(went.gaps_ms), 1)
         run_ms, window_ms = seen.pop("run_ms") / n, seen.pop("window_ms") / n
         ranked = plausibility.ranked_claim(went.time_ms, device_type="cuda" if self.is_cuda else "cpu",
                                            excess_ms=excess_ms, make_ms=judge_ms)
@@ -742,7 +746,7 @@ class Execution:
                          distributions=seen["distributions"], host_ms=went.host_ms / n, event_ms=went.event_ms,
                          arm_ms=seen["arm_ms"] / n, truth_ms=seen["truth_ms"] / n, cpu_source=seen["cpu_source"],
                          settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, excess_ms=excess_ms,
-                         idle_ms=sum(went.idle_ms) / n, ranked_ms=ranked)
+                         gap_ms=gap_ms, ranked_ms=ranked)
 
     # --- what a training task changes (sandbox/execution/training.py overrides these) -----------------------------
 

@@ -16,14 +16,14 @@ clock inside it. Three rules keep a forged or impossible time from becoming a sc
   cannot claim much less than the window shows.
 - `speed_of_light`: both tasks are memory-bound, so no honest call is faster than the task's minimal
   bytes over the device's measured bandwidth.
-- `unattributed_work` (GPU): a timed call's inputs are made inside the batch, just before it
-  (sandbox/execution/timing.py), so work a candidate's hook does on them runs on the device between the call's lead
-  and its start event. The judge knows what belongs there (its flushes, calibrated before the candidate existed,
-  and the making of the inputs, which the parent times itself for the same seed); what is beyond that is charged to
-  the call (`ranked_claim`), and when it is a large share of the call the timing is refused.
+- `unattributed_work` (GPU): a timed call's inputs are made inside the batch, before its calls
+  (sandbox/execution/timing.py), so work a candidate's hook does on them runs on the device between the batch's lead
+  and its first call's start event. The judge knows what belongs there (its flushes, calibrated before the candidate
+  existed, and the making of the inputs, which the parent times itself for the same seeds); what is beyond that is
+  charged to the calls (`ranked_claim`), and when it is a large share of a call the timing is refused.
 
 What ranks (`ranked_claim`, `cpu_scale`) is the child's claim plus what the parent charges it: on a GPU the device
-time beyond the judge's own work before each call; on the CPU, where the child's clock is its own process's (a native
+time beyond the judge's own work before the calls; on the CPU, where the child's clock is its own process's (a native
 patch of libpython's `clock_gettime` slows it), claims scaled up to at least the CPU time the kernel accounted to the
 sandbox for a call.
 
@@ -204,11 +204,12 @@ def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_wi
 
 UNATTRIBUTED_SLACK_MS = 0.01
 UNATTRIBUTED_SLACK_FRACTION = 0.01
-"""What a call's span before it may exceed the judge's own work in it (its lead's flushes, the making of its inputs,
-a flush) without a charge: 10 us plus 1% of the making. On an H100 (2026-11-28, docs/results/inputs-h100-2026-11-28.md)
-making planted kl_div inputs took the device 4.81-4.83 ms in six queued calls (0.35%) and cross_entropy's 0.315-0.323
-ms; a flush 0.083-0.085 ms. So an honest span is charged nothing but noise's tail, and work hidden there is charged
-all but this much: at most ~0.06 ms of a 0.72 ms kl_div call, ~0.013 ms of a 0.19 ms cross_entropy call."""
+"""What a batch's span before its first call may exceed the judge's own work in it (the lead's flushes, the making of
+every call's inputs, a flush), per call, without a charge: 10 us plus 1% of a call's making. On an H100 (2026-11-28,
+docs/results/inputs-h100-2026-11-28.md) making planted kl_div inputs took the device 4.81-4.83 ms in six queued calls
+(0.35%) and cross_entropy's 0.315-0.323 ms; a flush 0.083-0.085 ms. So an honest span is charged nothing but noise's
+tail, and work hidden there is charged all but this much: at most ~0.06 ms of a 0.72 ms kl_div call, ~0.013 ms of a 0.19
+ms cross_entropy call."""
 UNATTRIBUTED_REFUSE_FRACTION = 0.25
 """Device work beyond the judge's before a call, in the median batch, of more than this share of the median claim is
 refused outright (`tamper_detected`, rule `unattributed_work`): a call whose work is done while its inputs are made
@@ -217,10 +218,10 @@ refused outright (`tamper_detected`, rule `unattributed_work`): a call whose wor
 
 SHORT_SPAN_SLACK_MS = 0.05
 SHORT_SPAN_FRACTION = 0.1
-"""A child's span before a call shorter than the judge's own work in it (its calibrated flushes and the making of the
-inputs, which the parent times itself) by more than this is not a measurement: the device cannot make the inputs
-faster than it did for the parent. 10% and 50 us are several times the spread of either figure (0.35% for kl_div's
-making, docs/results/inputs-h100-2026-11-28.md)."""
+"""A batch's span before its first call shorter than the judge's own work in it (its calibrated flushes and the making
+of the inputs, which the parent times itself), per call, by more than this is not a measurement: the device cannot make
+the inputs faster than it did for the parent. 10% and 50 us are several times the spread of either figure (0.35% for
+kl_div's making, docs/results/inputs-h100-2026-11-28.md)."""
 
 
 def too_short(excess_ms: float, own_ms: float) -> bool:

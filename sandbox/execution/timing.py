@@ -7,18 +7,21 @@ synchronisations (`time_batch`), and **each call's inputs are made inside the ba
 candidate's, whatever runs it (a hook, a tracer, a finaliser, a native thread), can work on them outside the
 measured batch. What the batch measures of each call:
 
-- GPU (`time_cuda_batch`): per call, a lead of queued flushes (zeroing a buffer larger than the L2), the call's
-  inputs made, one more flush (so no call runs on warm data), a start event, the call, an end event; one
-  device-wide synchronisation after the last call. Everything from a call's lead to its start event is the
-  judge's own device work, of known length: the lead's flushes (calibrated before the candidate exists) and the
-  making of the inputs, which the parent times on its own device for the same seed. Its device span (`made_ms`)
-  is reported, and the parent charges whatever exceeds that known length to the call
-  (sandbox/execution/plausibility.py, `unattributed_work`): work a candidate's hook did while the inputs were
-  being made is device time inside that span. The lead is sized so that the host has queued all of a call's
-  input-making before the device reaches it (`DeviceClock.size_lead`): the span is then device time alone, never
-  the host's launch latency. The device never waits for the host inside a call's lead-to-start span; between one
-  call's end and the next call's lead it may (a candidate whose Python is slower than its kernels), and that
-  idle time (`idle_ms`) is reported and bounded by the parent's own wall clock, not by the events.
+- GPU (`time_cuda_batch`): a lead of queued flushes (zeroing a buffer larger than the L2), then every call's
+  inputs made, then per call one more flush (so no call runs on warm data), a start event, the call, an end event;
+  one device-wide synchronisation after the last call. Everything from the lead's first event to the first call's
+  start event is the judge's own device work, of known length: the lead's and the first call's flushes (calibrated
+  before the candidate exists) and the making of the inputs, which the parent times on its own device for the same
+  seeds. Its device span (`made_ms`) is reported, and the parent charges whatever exceeds that known length to the
+  calls (sandbox/execution/plausibility.py, `unattributed_work`): work a candidate's hook did while the inputs were
+  being made is device time inside that span. The lead is sized so that the host has queued all of the making before
+  the device reaches its end (`lead_flushes`): the span is then device time alone, never the host's launch latency.
+  After the making, the host queues a flush and a call at a time, far faster than the device runs them, so the
+  device never waits for the host inside a call (measured on an H100, 2026-11-23: a lone call between
+  synchronisations read 4-90% slower than the same kernel queued, docs/benchmarks.md). Making each call's inputs
+  just before it instead put the host's making on every call's path: cross_entropy's inputs take the host longer to
+  queue (0.35-0.5 ms) than the device to make (0.32 ms), the host fell behind, and honest calls read up to 2.5x
+  their time (H200, 2026-11-28).
   Events on the current stream are precise but blind to work on another stream or thread; the host clock across
   the batch, ended by a device-wide synchronisation, sees all of it. When the host saw clearly more than the
   events (`HIDDEN_WORK_RATIO`), each call's time is the host's share.
@@ -26,9 +29,9 @@ measured batch. What the batch measures of each call:
   The parent ranks the larger of that clock and the sandbox's CPU time that the kernel accounted (read by the
   parent itself, sandbox/execution/plausibility.py, `cpu_rank`), so a clock patched in the child buys nothing.
 
-The batch's claim is the mean of its calls, not the median: a candidate that shifts work between the calls of a
-batch (the later calls' inputs no longer exist during the first, but an earlier call's output can still be
-finished by a later one) changes nothing that the mean reports.
+The batch's claim is the mean of its calls, not the median: the calls of a batch have their inputs made before the
+first runs, so a candidate could find every input set and do the whole batch's work in its first call; the mean is
+the same however the work is shifted between calls.
 
 `time_calls` does the same for the trusted baselines (their inputs made once, outside the batch), so candidates
 and baselines are timed alike. Every function this module calls is bound at import (`_perf_counter`,
@@ -76,28 +79,37 @@ CPU_FLUSH_BYTES = 16 << 20
 bigger flush would dwarf the CPU-sized calls it separates."""
 
 LEAD_MS = 0.5
-"""Device time queued ahead of each call of a batch, before its inputs are made (whole flushes, at least one): ~5
-flushes of ~0.09 ms on an H100, while the host needs ~5 us to queue each; the rest covers the host's launch of what
-follows. `JUDGE_TIMING_LEAD_MS` overrides it (0: none), for measuring what it changes. Where making a call's inputs
-takes the host longer to queue than this, the lead is longer (`LEAD_MAKE_FACTOR`)."""
+"""Device time queued ahead of a batch's making of its inputs (whole flushes, at least one): ~5 flushes of ~0.09 ms on
+an H100, while the host needs ~5 us to queue each. `JUDGE_TIMING_LEAD_MS` overrides it (0: none), for measuring what
+it changes. Where making the batch's inputs takes the host longer to queue than this, the lead is longer
+(`LEAD_MAKE_FACTOR`)."""
 
 LEAD_MAKE_FACTOR = 1.5
-"""A call's lead is at least this many times the host's time to queue the making of its inputs (measured before the
-candidate exists, `DeviceClock.size_lead`): the host then has the whole of it queued before the device reaches it,
-so the device's span from the lead to the call is device work alone. Measured on an H100 (2026-11-28,
-docs/results/inputs-h100-2026-11-28.md): planted cross_entropy inputs take the host 0.51 ms to queue and the device
-0.32 ms to make, so without a longer lead the device waited for the host inside the span (0.32 to 0.71 ms); kl_div's
-take the host 1.45 ms and the device 4.82 ms. 1.5 leaves a third for a host slower than at the measurement."""
+"""A batch's lead is at least this many times the host's time to queue the making of all its calls' inputs (measured
+for one call before the candidate exists: `DeviceClock.learn_making`): the host then has all of it queued before the
+device reaches its end, so the device's span from the lead to the first call is device work alone. Measured on an H100
+(2026-11-28, docs/results/inputs-h100-2026-11-28.md): planted cross_entropy inputs take the host 0.51 ms to queue and
+the device 0.32 ms to make; kl_div's 1.45 and 4.82 ms. 1.5 leaves a third for a host slower than at calibration."""
 
 MAX_LEAD_MS = 12.0
-"""The longest lead: a host that needed longer to queue a call's inputs is not a judging host."""
+"""The longest lead: a host that needs longer to queue a batch's inputs is not a judging host."""
 
-TRACED_LEAD_MS = 2.0
+
+def lead_flushes(lead_ms: float, make_host_ms: float, calls: int, flush_ms: float) -> int:
+    """The flushes ahead of a batch of `calls` calls: `lead_ms` of them, or LEAD_MAKE_FACTOR times the host's time to
+    queue the making of all their inputs, capped at MAX_LEAD_MS; 0 where the lead is off. The child queues them, the
+    parent counts them as the judge's own device work (both compute this from the calibration)."""
+    if lead_ms <= 0 or flush_ms <= 0:
+        return 0
+    lead = min(max(lead_ms, LEAD_MAKE_FACTOR * calls * make_host_ms), MAX_LEAD_MS)
+    return math.ceil(lead / flush_ms)
+
+
+TRACED_LEAD_MS = 5.0
 """The lead while the kernel trace records (sandbox/child/recorder.py): CUPTI costs each launch host time, so a call
 of several short launches let the host fall behind the device inside the timing events with `LEAD_MS`: a Triton
-cross-entropy (four launches in 0.25 ms) +4.46% with the trace on an H100 when the lead came once a batch; 5 ms
-once a batch brought it to +0.54% (docs/results/trace-h100-2026-11-26.md). The lead now comes before every call,
-so each call starts with the host that far ahead of the device: 2 ms a call."""
+cross-entropy (four launches in 0.25 ms) +4.46% with the trace on an H100, spread 18% over three rounds; with 5 ms,
++0.54%, spread 0.43% (docs/results/trace-h100-2026-11-26.md). ~50 more flushes a batch: ~5 ms of device time."""
 
 HIDDEN_WORK_RATIO = 1.25
 """A call whose host time exceeds 125% of its events (plus `HIDDEN_WORK_SLACK_MS`) did work the events
@@ -158,15 +170,19 @@ class ClockState:
     """The flush buffer's address and size: a buffer shrunk in place flushes nothing."""
     host_overhead_ms: float
     flush_ms: float
-    lead_flushes: int
+    lead_ms: float
+    make_host_ms: float
+
+    def lead(self, calls: int) -> int:
+        return lead_flushes(self.lead_ms, self.make_host_ms, calls, self.flush_ms)
 
 
 class DeviceClock:
     """Flush, synchronise and timestamp on one device."""
 
     def __init__(self, device: torch.device, lead_ms: float | None = None, *, traced: bool = False) -> None:
-        """`lead_ms`: the lead before each call of a GPU batch (default `JUDGE_TIMING_LEAD_MS`, else `TRACED_LEAD_MS`
-        where the kernel trace records (`traced`), else `LEAD_MS`)."""
+        """`lead_ms`: the least lead before a GPU batch (default `JUDGE_TIMING_LEAD_MS`, else `TRACED_LEAD_MS` where the
+        kernel trace records (`traced`), else `LEAD_MS`)."""
         self.device = device
         self.is_cuda = device.type == "cuda"
         if self.is_cuda and device.index is not None:
@@ -181,15 +197,15 @@ class DeviceClock:
         self.flush_ms = 0.0
         default = TRACED_LEAD_MS if traced else LEAD_MS
         self.lead_ms = lead_ms if lead_ms is not None else float(os.environ.get("JUDGE_TIMING_LEAD_MS", default))
-        self.lead_flushes = 0
-        """Flushes queued ahead of each call; set by `calibrate` from the measured `flush_ms`, and by `size_lead`."""
+        self.make_host_ms = 0.0
+        """The host's time to queue the making of one call's inputs (`learn_making`): sizes each batch's lead."""
         self.flush_span = (self._flush.data_ptr(), self._flush.numel())
 
     def state(self) -> ClockState:
         return ClockState(device=self.device, is_cuda=self.is_cuda, flush=self.flush,
                           flush_span=(self._flush.data_ptr(), self._flush.numel()),
-                          host_overhead_ms=self.host_overhead_ms, flush_ms=self.flush_ms,
-                          lead_flushes=self.lead_flushes)
+                          host_overhead_ms=self.host_overhead_ms, flush_ms=self.flush_ms, lead_ms=self.lead_ms,
+                          make_host_ms=self.make_host_ms)
 
     def changes(self, state: ClockState) -> tuple[str, ...]:
         """What differs from `state` (read before a batch) now, and what the flush buffer lost since it was made."""
@@ -232,19 +248,16 @@ class DeviceClock:
                 self.synchronize()
                 flushes.append(_elapsed_time(start, end))
             self.flush_ms = statistics.median(flushes)
-            self.size_lead(0.0)
         return self.host_overhead_ms
 
-    def size_lead(self, make_host_ms: float) -> int:
-        """The flushes ahead of each call: `lead_ms` of them, or more where the host takes longer to queue the making of
-        a call's inputs (`make_host_ms`, measured before the candidate exists): LEAD_MAKE_FACTOR times that, capped
-        at MAX_LEAD_MS. 0 where `lead_ms` is 0 (the lead turned off to measure it)."""
-        if self.lead_ms <= 0 or self.flush_ms <= 0:
-            self.lead_flushes = 0
-        else:
-            lead = min(max(self.lead_ms, LEAD_MAKE_FACTOR * make_host_ms), MAX_LEAD_MS)
-            self.lead_flushes = math.ceil(lead / self.flush_ms)
-        return self.lead_flushes
+    def learn_making(self, make_host_ms: float) -> None:
+        """What queueing the making of one call's inputs takes the host (measured before the candidate exists)."""
+        self.make_host_ms = make_host_ms
+
+    @property
+    def lead_flushes(self) -> int:
+        """The lead before a batch of one call (what the tests and the baselines see)."""
+        return self.state().lead(1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,13 +275,15 @@ class BatchTime:
     results: list[object]
     inputs: list[list[torch.Tensor]] = field(default_factory=list)
     """Each call's inputs, made in the batch (the harness fingerprints them after the batch)."""
-    made_ms: list[float] = field(default_factory=list)
-    """Each call's judge-side span: GPU, the device from the start of its lead to its start event (the lead's
-    flushes, the making of its inputs, the flush); CPU, the host clock around the making of its inputs."""
-    idle_ms: list[float] = field(default_factory=list)
-    """GPU: the device's span from each call's end event to the next call's lead (the first call has none)."""
+    made_ms: float = 0.0
+    """The judge's span before the first call: GPU, the device from the lead's first event to the first call's start
+    event (the lead's flushes, the making of every call's inputs, the first call's flush); CPU, the host clock around
+    the making of the inputs."""
+    gaps_ms: list[float] = field(default_factory=list)
+    """GPU: the device from each call's end event to the next call's start event (its flush, and any wait for the
+    host)."""
     peaks: list[int] = field(default_factory=list)
-    """GPU: device memory each call allocated beyond what existed before it (its inputs included), when asked for."""
+    """GPU: device memory each call allocated beyond what existed before it, when asked for."""
     kept: tuple[object, ...] = ()
     """What the batch's `Keeper` kept of each call inside the window (empty without one)."""
     tampered: tuple[str, ...] = ()
@@ -326,14 +341,15 @@ class Memory(Protocol):
 
 def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call], *,
                    keep: Keeper | None = None) -> BatchTime:
-    """Per call: its inputs made, the cache evicted, then the host clock around the call alone. `keep` takes each
-    call's result inside its timed interval."""
+    """The batch's inputs made, then per call the cache evicted and the host clock around the call alone. `keep`
+    takes each call's result inside its timed interval. (One call a batch in the judge: a flush cannot overlap a call
+    on the CPU, so batching buys nothing there.)"""
     state, calls, perf = clock.state(), tuple(as_call(c) for c in calls), _perf_counter
-    times, results, sets, made = [], [], [], []
-    for i, call in enumerate(calls):
-        m0 = perf()
-        inputs = call.make()
-        made.append((perf() - m0) * 1e3)
+    times, results = [], []
+    m0 = perf()
+    sets = [call.make() for call in calls]
+    made = (perf() - m0) * 1e3
+    for i, (call, inputs) in enumerate(zip(calls, sets)):
         state.flush()
         t0 = perf()
         result = call.run(inputs)
@@ -341,7 +357,6 @@ def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call],
             keep.take(i, result, inputs)
         times.append((perf() - t0) * 1e3)
         results.append(result)
-        sets.append(inputs)
     kept = keep.close() if keep is not None else ()
     return BatchTime(times_ms=times, host_ms=sum(times), events_ms=None, hidden_work=False, results=results,
                      inputs=sets, made_ms=made, kept=kept, tampered=clock.changes(state))
@@ -349,22 +364,23 @@ def time_cpu_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call],
 
 def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call], keep: Keeper | None = None,
                     marks: Marks | None = None, memory: Memory | None = None) -> BatchTime:
-    """Per call: its lead, its inputs made, a flush, then events around the call; checked against the host clock
-    (module doc). `keep` takes every result after the last end event, inside the host clock's window. `marks` (the
-    kernel trace): a canary before each call's start event and after its end event (queued outside the events:
-    device time no call is charged). `memory`: the allocator's peak around each call, outside its events."""
+    """The batch's lead, every call's inputs made, then per call a flush and events around the call; checked against
+    the host clock (module doc). `keep` takes every result after the last end event, inside the host clock's window.
+    `marks` (the kernel trace): a canary before each call's start event and after its end event (queued outside the
+    events: device time no call is charged). `memory`: the allocator's peak around each call, outside its events."""
     state, calls = clock.state(), tuple(as_call(c) for c in calls)
     perf, sync, record, elapsed = _perf_counter, _cuda_synchronize, _record, _elapsed_time
-    # Per call: the start of its lead, the start of its call, the end of its call.
-    events = tuple(tuple(_Event(enable_timing=True) for _ in range(3)) for _ in calls)
-    results, sets, peaks = [], [], []
+    lead = _Event(enable_timing=True)
+    events = tuple((_Event(enable_timing=True), _Event(enable_timing=True)) for _ in calls)
+    results, peaks = [], []
+    flushes = state.lead(len(calls))
     sync(state.device)
     t0 = perf()
-    for call, (lead, start, end) in zip(calls, events):
-        record(lead)
-        for _ in range(state.lead_flushes):
-            state.flush()
-        inputs = call.make()
+    record(lead)
+    for _ in range(flushes):
+        state.flush()
+    sets = tuple(call.make() for call in calls)
+    for call, inputs, (start, end) in zip(calls, sets, events):
         state.flush()
         if memory is not None:
             memory.begin()
@@ -377,7 +393,6 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call]
             marks.canary()
         if memory is not None:
             peaks.append(memory.peak())
-        sets.append(inputs)
     kept = ()
     if keep is not None:
         for i, (result, inputs) in enumerate(zip(results, sets)):
@@ -385,17 +400,17 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call]
         kept = keep.close()
     sync(state.device)
     wall_ms = (perf() - t0) * 1e3
-    made = [elapsed(lead, start) for lead, start, _ in events]
-    events_ms = [elapsed(start, end) for _, start, end in events]
-    idle = [elapsed(events[i - 1][2], events[i][0]) for i in range(1, len(events))]
-    host_ms = max(wall_ms - state.host_overhead_ms - sum(made), 0.0)
+    made = elapsed(lead, events[0][0])
+    events_ms = [elapsed(start, end) for start, end in events]
+    gaps = [elapsed(events[i - 1][1], events[i][0]) for i in range(1, len(events))]
+    host_ms = max(wall_ms - state.host_overhead_ms - made - (len(calls) - 1) * state.flush_ms, 0.0)
     hidden = host_ms > HIDDEN_WORK_RATIO * sum(events_ms) + HIDDEN_WORK_SLACK_MS
     times = [host_ms / len(calls)] * len(calls) if hidden else events_ms
     tampered = clock.changes(state)
-    if min(events_ms + made + idle) < -EVENT_RESOLUTION_MS:
+    if min([made, *events_ms, *gaps]) < -EVENT_RESOLUTION_MS:
         tampered += ("the batch's timing events (recorded again, out of order, during the batch)",)
     return BatchTime(times_ms=times, host_ms=host_ms, events_ms=events_ms, hidden_work=hidden, results=results,
-                     inputs=sets, made_ms=made, idle_ms=idle, peaks=peaks, kept=kept, tampered=tampered)
+                     inputs=list(sets), made_ms=made, gaps_ms=gaps, peaks=peaks, kept=kept, tampered=tampered)
 
 
 def time_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call], *, keep: Keeper | None = None,

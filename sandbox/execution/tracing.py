@@ -6,8 +6,7 @@ it claims are checked against the recorder's own pattern, each file is opened wi
 regular file, and all of them together are read up to `MAX_TRACE_BYTES`. The record itself is never trusted,
 only checked for completeness: the canaries the parent expects (two per timed call, sizes drawn from a key made
 here per candidate) must all be in it, in order. The batches (how many calls each ran) are the parent's own count,
-not the child's: they say which gaps between calls hold only the harness's own work (the next call's lead, the
-making of its inputs, a flush). A trace that is absent,
+not the child's: they say which gaps between calls hold only the harness's flush. A trace that is absent,
 unreadable, truncated or missing a canary, once the recorder's probe said this host records device work, is
 tampering: CUDA work ran, so a complete record exists unless something cut it.
 
@@ -101,11 +100,9 @@ def as_warmup(windows: list[trace.Window], warmup_calls: set[int]) -> list[trace
     return out
 
 
-def judge(texts: list[str], key: bytes, batches: list[int], warmup_calls: set[int],
-          lead_flushes: int = 0) -> TraceOutcome:
+def judge(texts: list[str], key: bytes, batches: list[int], warmup_calls: set[int]) -> TraceOutcome:
     """The rules over a complete record of the timed calls (`batches`: how many calls each batch ran, in order,
-    warm-up included; `lead_flushes`: the flushes ahead of each call, from the child's calibration), or why it is
-    not complete."""
+    warm-up included), or why it is not complete."""
     try:
         records = parse_segments(texts)
     except trace.TraceParseError as exc:
@@ -121,8 +118,7 @@ def judge(texts: list[str], key: bytes, batches: list[int], warmup_calls: set[in
         return _refused(cut.rule, cut.message, summary)
     # The calls' windows are the canaries': everything a call ran lies between them, whatever thread launched it
     # (an autograd engine's backward), and its timing events lie between them too.
-    windows = as_warmup(sorted(trace.call_windows(canaries) + trace.harness_windows(records, canaries, batches,
-                                                                                     lead_flushes),
+    windows = as_warmup(sorted(trace.call_windows(canaries) + trace.harness_windows(records, canaries, batches),
                                key=lambda w: w.start_ns), warmup_calls)
     canary_streams = {r.stream for r in canaries}  # the timing's own stream: the canaries are queued on it
     labels = [f"{trace.TIMED}{i}" for i in range(calls) if i not in warmup_calls]

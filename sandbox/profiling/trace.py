@@ -11,10 +11,10 @@ rules use comes from the device timeline itself, from the canaries the harness q
     `canary_bytes`, one before and one after every timed call, outside its timing events) must all be there, in
     order; `call_windows` then bounds each timed call by its two canaries;
 (a) `outside_windows`: during a batch of timed calls (its first canary to its last), device work that is inside
-    no call's window and is not what the harness queues between two calls (`harness_windows`: the next call's lead
-    of flushes, the making of its inputs and a flush, alike in every gap) is refused (a side stream or thread doing
-    work the events around the calls may not bracket, or work deferred past a call's window); a call's work on a
-    stream the timing did not see is reported;
+    no call's window and is not the flush the harness queues between two calls (`harness_windows`: exactly one per
+    gap, the same kernel in every gap) is refused (a side stream or thread doing work the events around the calls
+    may not bracket, or work deferred past a call's window); a call's work on a stream the timing did not see is
+    reported;
 (b) `differing_calls`: timed calls whose kernels (name, grid, block, in order) differ from the most common
     sequence are flagged (a candidate that behaves differently once it knows it is timed);
 (c) `per_call`: launches, memcpy/memset count, bytes moved and kernel time of each timed call.
@@ -184,19 +184,16 @@ def canary_finding(found: list[int], expected: list[int]) -> Finding | None:
                    f"found in order, canary {len(found)} is not (the record of the timed calls was cut or rewritten)")
 
 
-def harness_windows(records: list[Record], canaries: list[Record], batches: list[int],
-                    lead_flushes: int = 0) -> list[Window]:
+def harness_windows(records: list[Record], canaries: list[Record], batches: list[int]) -> list[Window]:
     """The harness's own windows around the calls (`batches`: the calls of each batch, in order): each canary's
-    copy; inside a batch, what `time_cuda_batch` queues between a call's closing canary and the next one's opening
-    canary on the timing stream (the next call's lead of `lead_flushes` flushes, the making of its inputs, one
-    flush): a gap that begins with the lead's flushes and ends with a flush, each one the flush kernel (the most
-    common last record of a gap), and whose sequence of operations is the most common one, gets one window, the span
-    of its records on the timing stream; between two batches, the whole gap (the harness inspects, keeps and arms
-    there, and makes the next batch's first inputs). Anything else in a gap inside a batch, and anything on another
-    stream there, is outside every window: work a call left behind runs right after its closing canary, before the
-    next lead, in one gap or in every one. What this cannot anchor is work inside the making of the inputs that is
-    the same in every gap (the making's kernels are the task's, not the judge's to list): its device time is what
-    sandbox/execution/plausibility.py's `unattributed_work` charges, from the timing events, traced or not."""
+    copy; inside a batch, the one flush `time_cuda_batch` queues between a call's closing canary and the next one's
+    opening canary, on the timing stream, the same kernel in every gap (the most common last record there; a gap
+    without it gets no window), each window exactly that record's span; between two batches, the whole gap (the
+    harness inspects, keeps and arms there, and, inside `go`, queues the batch's lead and makes every call's inputs
+    before the first call: sandbox/execution/timing.py). Anything else in a gap inside a batch is outside every
+    window. Work a candidate's hook does while the inputs are made lies in that last gap and is not the trace's to
+    find: its device time is what sandbox/execution/plausibility.py's `unattributed_work` charges, from the timing
+    events, traced or not."""
     windows = [Window(HARNESS + "canary", r.start_ns, r.end_ns) for r in canaries]
     stream, gaps, call = canaries[0].stream if canaries else None, [], 0
     starts = [r.start_ns for r in records]  # records come by start time: each gap's are one slice
@@ -209,13 +206,12 @@ def harness_windows(records: list[Record], canaries: list[Record], batches: list
             windows.append(Window(HARNESS + "between-batches", canaries[2 * (call + size) - 1].end_ns,
                                   canaries[2 * (call + size)].start_ns))
         call += size
-    flush = Counter((gap[-1].kind, gap[-1].name, gap[-1].grid) for gap in gaps if gap).most_common(1)
-    sequences = [tuple((r.kind, r.name) for r in gap) for gap in gaps]
-    signature = Counter(seq for seq in sequences if seq).most_common(1)
-    for gap, sequence in zip(gaps, sequences):
-        ends = gap[:lead_flushes] + gap[-1:] if len(gap) > lead_flushes else []
-        if ends and sequence == signature[0][0] and all((r.kind, r.name, r.grid) == flush[0][0] for r in ends):
-            windows.append(Window(HARNESS + "inputs", gap[0].start_ns, gap[-1].end_ns))
+    # The flush is queued right before the next call's opening canary, so it is each gap's last record on the timing
+    # stream: work the candidate left behind runs before it, and is refused whether or not every gap holds some.
+    signature = Counter((gap[-1].kind, gap[-1].name, gap[-1].grid) for gap in gaps if gap).most_common(1)
+    for gap in gaps:
+        if gap and (gap[-1].kind, gap[-1].name, gap[-1].grid) == signature[0][0]:
+            windows.append(Window(HARNESS + "flush", gap[-1].start_ns, gap[-1].end_ns))
     return windows
 
 

@@ -40,9 +40,9 @@ CASES: list[tuple[str, msg.Reply | msg.BuildReply, dict[str, Any], type, list[by
                                             recorder_error=""),
      {"op": "trace_end", "ok": True, "files": ["judge-trace-0.json"], "calls": 64, "canaries": 128,
       "recorder_error": ""}, msg.TraceEndReply, []),
-    ("calibrate", checked(msg.CalibrateReply.success(host_overhead_ms=0.0123, flush_ms=0.085, lead_flushes=9,
+    ("calibrate", checked(msg.CalibrateReply.success(host_overhead_ms=0.0123, flush_ms=0.085, lead_ms=0.5,
                                                      make_host_ms=0.51)),
-     {"op": "calibrate", "ok": True, "host_overhead_ms": 0.0123, "flush_ms": 0.085, "lead_flushes": 9,
+     {"op": "calibrate", "ok": True, "host_overhead_ms": 0.0123, "flush_ms": 0.085, "lead_ms": 0.5,
       "make_host_ms": 0.51, **CHECKS}, msg.CalibrateReply, []),
     ("load", checked(msg.LoadReply.success(extensions=["kl_ext"])),
      {"op": "load", "ok": True, "extensions": ["kl_ext"], **CHECKS}, msg.LoadReply, []),
@@ -64,9 +64,9 @@ CASES: list[tuple[str, msg.Reply | msg.BuildReply, dict[str, Any], type, list[by
     ("arm", checked(msg.ArmReply.success()), {"op": "arm", "ok": True, **CHECKS}, msg.ArmReply, []),
     # `go` is lean: no integrity fields, `tampered` only when the harness found something.
     ("go", msg.GoReply.success(dtype="float32", shape=[], time_ms=0.25, times_ms=[0.2, 0.3], host_ms=0.6,
-                               event_ms=0.5, hidden_work=False, made_ms=[5.1, 4.9], idle_ms=[0.0]),
+                               event_ms=0.5, hidden_work=False, made_ms=10.2, gaps_ms=[0.09]),
      {"op": "go", "ok": True, "dtype": "float32", "shape": [], "time_ms": 0.25, "times_ms": [0.2, 0.3],
-      "host_ms": 0.6, "event_ms": 0.5, "hidden_work": False, "made_ms": [5.1, 4.9], "idle_ms": [0.0]}, msg.GoReply,
+      "host_ms": 0.6, "event_ms": 0.5, "hidden_work": False, "made_ms": 10.2, "gaps_ms": [0.09]}, msg.GoReply,
      [b"\x00\x00\x80?", b"\x00\x00\x00@"]),
     ("go, with findings", msg.GoReply.success(dtype="float32", shape=[], time_ms=0.25, times_ms=[0.25], host_ms=0.3,
                                               event_ms=None, hidden_work=True).model_copy(

