@@ -575,7 +575,7 @@ class Child:
         batch = _timing.time_batch(self.clock, calls, keep=armed.keeper, marks=self.marks(model),
                                    memory=self.memory if not armed.null else None)
         self._after_window(batch, armed.keeper)
-        self.peak = max(batch.peaks) if batch.peaks else None
+        self.peak = batch.peak
         return self._batch_reply(batch, batch.inputs)
 
     def _maker(self, shape: tuple[int, ...], distribution: str, seed: int) -> Callable[[], list[torch.Tensor]]:
@@ -677,8 +677,8 @@ class Armed:
 
 
 class DeviceMemory:
-    """The allocator's counters around each timed call (sandbox/execution/timing.py's `Memory`): the most a call
-    allocated beyond what existed before it (its inputs, earlier calls' outputs and kept gradients)."""
+    """The allocator's counters around a batch's calls (sandbox/execution/timing.py's `Memory`): the most allocated
+    during them beyond what existed before the first (every call's inputs)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device

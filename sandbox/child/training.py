@@ -246,7 +246,7 @@ class TrainingChild(_child.Child):
         """`go`'s work after the window: the outputs and what was kept, each step's gradient taken."""
         self._after_window(batch, armed.keeper)
         self.step_kept = batch.kept
-        self.peak = max(batch.peaks) if batch.peaks else None
+        self.peak = batch.peak
         sets = [inputs[:-1] for inputs in batch.inputs]  # the incoming gradients are the judge's, not inputs
         self.ran = sets
         reply = self._batch_reply(batch, sets)

@@ -70,6 +70,8 @@ repetitions cost fresh inputs and fp64 truth each, so they are spent where they 
 an H100, 2026-11-23: batch means of an honest kernel spread ~0.1-0.3%, so 4-6 batches usually suffice."""
 ESTIMATE_TIMEOUT_FACTOR = 4
 """The estimate makes 4 calls (1 warm-up + 3 timed) on one input set."""
+MAKE_HISTORY = 24
+"""The parent's measurements of its own making of a distribution's inputs that `made_reference` takes the least of."""
 TRACE_END_TIMEOUT_S = 120.0
 """Stopping the profiler and writing the last segment: a timing phase's records, a few MiB of JSON."""
 
@@ -271,6 +273,9 @@ class Execution:
     warmup_calls: set[int] = field(default_factory=set)
     unranked_reason: str | None = None
     """Why a correct verdict is not ranked (its timing was throttled twice), or None."""
+    makes_ms: dict[str, list[float]] = field(default_factory=dict)
+    """The parent's own making of timed calls' inputs, per distribution, in device ms (sandbox/execution/making.py):
+    what `made_reference` reads."""
 
     @property
     def traced_calls(self) -> int:
@@ -723,7 +728,7 @@ class Execution:
     def measured(self, went: msg.GoReply, truths: list[CallTruth], n: int, **seen: Any) -> TimedCall:
         """One batch in per-call figures: what the child claims, what the parent saw, the judge's own work inside the
         round trip, and what the batch ranks (sandbox/execution/plausibility.py, `ranked_claim`)."""
-        judge_ms = sum(t.make_ms or 0.0 for t in truths) / n
+        judge_ms = sum(self.made_reference(d, t.make_ms) for d, t in zip(seen["distributions"], truths)) / n
         made_ms = went.made_ms / n
         excess_ms = 0.0
         calibration = self.calibration
@@ -757,6 +762,18 @@ class Execution:
 
     def arm_command(self, calls: int, empty: bool) -> msg.Arm:
         return msg.Arm(calls=calls, shape=list(self.shape), null=empty)
+
+    def made_reference(self, distribution: str, make_ms: float | None) -> float:
+        """The device time making one call's inputs of `distribution` takes on this device: the least of the parent's
+        own measurements for this candidate (MAKE_HISTORY of them). One measurement alone can carry the parent's host
+        falling behind its device (another thread holding the interpreter lock: the worker runs several), which only
+        lengthens it; the device's own time for the same kernels varies by 0.35% (H100,
+        docs/results/inputs-h100-2026-11-28.md), about the spread between seeds, so the least is that time."""
+        history = self.makes_ms.setdefault(distribution, [])
+        if make_ms is not None:
+            history.append(make_ms)
+            del history[:-MAKE_HISTORY]
+        return min(history) if history else 0.0
 
     def call_truth(self, shape: tuple[int, ...], distribution: str, seed: int, *, timed: bool = False) -> CallTruth:
         """What the parent knows of one call (a trial or a timed call) before the child runs it; for a timed call

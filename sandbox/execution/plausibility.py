@@ -203,13 +203,15 @@ def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_wi
 
 
 UNATTRIBUTED_SLACK_MS = 0.01
-UNATTRIBUTED_SLACK_FRACTION = 0.01
+UNATTRIBUTED_SLACK_FRACTION = 0.02
 """What a batch's span before its first call may exceed the judge's own work in it (the lead's flushes, the making of
-every call's inputs, a flush), per call, without a charge: 10 us plus 1% of a call's making. On an H100 (2026-11-28,
-docs/results/inputs-h100-2026-11-28.md) making planted kl_div inputs took the device 4.81-4.83 ms in six queued calls
-(0.35%) and cross_entropy's 0.315-0.323 ms; a flush 0.083-0.085 ms. So an honest span is charged nothing but noise's
-tail, and work hidden there is charged all but this much: at most ~0.06 ms of a 0.72 ms kl_div call, ~0.013 ms of a 0.19
-ms cross_entropy call."""
+every call's inputs, a flush), per call, without a charge: 10 us plus 2% of a call's making. The making in the child
+runs after a long lead of flushes and beside the batch's other sets; on an H100 (2026-11-28) honest kl_div batches
+exceeded the parent's own making by 0.055-0.085 ms a call (1.1-1.8% of its 4.81 ms), cross_entropy training steps
+by 0.007-0.012 ms (of 0.32), with one batch in thirteen far over (the host held up: the median batch decides the
+refusal, and a charged batch is one of many in the ranked median). So an honest span is charged nothing, and work
+hidden there is charged all but this much: at most ~0.11 ms of a 0.72 ms kl_div call, ~0.016 ms of a 0.19 ms
+cross_entropy call."""
 UNATTRIBUTED_REFUSE_FRACTION = 0.25
 """Device work beyond the judge's before a call, in the median batch, of more than this share of the median claim is
 refused outright (`tamper_detected`, rule `unattributed_work`): a call whose work is done while its inputs are made
@@ -217,11 +219,11 @@ refused outright (`tamper_detected`, rule `unattributed_work`): a call whose wor
 
 
 SHORT_SPAN_SLACK_MS = 0.05
-SHORT_SPAN_FRACTION = 0.1
-"""A batch's span before its first call shorter than the judge's own work in it (its calibrated flushes and the making
-of the inputs, which the parent times itself), per call, by more than this is not a measurement: the device cannot make
-the inputs faster than it did for the parent. 10% and 50 us are several times the spread of either figure (0.35% for
-kl_div's making, docs/results/inputs-h100-2026-11-28.md)."""
+SHORT_SPAN_FRACTION = 0.5
+"""A batch's span before its first call shorter than half the judge's own work in it (its calibrated flushes and the
+making of the inputs, which the parent times itself), per call, is not a measurement: no device makes the inputs
+twice as fast as it did for the parent. Half, not a tight bound: a parent whose host fell behind its own device
+reads its making long, and an honest child must never be called a forger for that."""
 
 
 def too_short(excess_ms: float, own_ms: float) -> bool:

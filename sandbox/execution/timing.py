@@ -91,6 +91,10 @@ device reaches its end, so the device's span from the lead to the first call is 
 (2026-11-28, docs/results/inputs-h100-2026-11-28.md): planted cross_entropy inputs take the host 0.51 ms to queue and
 the device 0.32 ms to make; kl_div's 1.45 and 4.82 ms. 1.5 leaves a third for a host slower than at calibration."""
 
+FLUSH_CALIBRATION_RUN = 20
+"""Flushes timed back to back at calibration, the way the lead queues them: a flush between two events of its own read
+0.085 ms on an H100, one of a queued run 0.075 ms (2026-11-28); the parent counts the lead's flushes at this figure."""
+
 MAX_LEAD_MS = 12.0
 """The longest lead: a host that needs longer to queue a batch's inputs is not a judging host."""
 
@@ -239,15 +243,16 @@ class DeviceClock:
         overheads = [self.time_call(lambda: probe.add_(1))[0] for _ in range(reps)]
         self.host_overhead_ms = statistics.median(overheads) if self.is_cuda else 0.0
         if self.is_cuda:
-            flushes = []
-            for _ in range(10):
+            runs = []
+            for _ in range(5):
                 start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 _record(start)
-                self.flush()
+                for _ in range(FLUSH_CALIBRATION_RUN):
+                    self.flush()
                 _record(end)
                 self.synchronize()
-                flushes.append(_elapsed_time(start, end))
-            self.flush_ms = statistics.median(flushes)
+                runs.append(_elapsed_time(start, end) / FLUSH_CALIBRATION_RUN)
+            self.flush_ms = statistics.median(runs)
         return self.host_overhead_ms
 
     def learn_making(self, make_host_ms: float) -> None:
@@ -282,8 +287,9 @@ class BatchTime:
     gaps_ms: list[float] = field(default_factory=list)
     """GPU: the device from each call's end event to the next call's start event (its flush, and any wait for the
     host)."""
-    peaks: list[int] = field(default_factory=list)
-    """GPU: device memory each call allocated beyond what existed before it, when asked for."""
+    peak: int | None = None
+    """GPU, when asked for: the most device memory allocated during the calls beyond what existed before the first
+    (every call's inputs included): a forward batch keeps only the calls' outputs alive, so it is a call's peak."""
     kept: tuple[object, ...] = ()
     """What the batch's `Keeper` kept of each call inside the window (empty without one)."""
     tampered: tuple[str, ...] = ()
@@ -331,8 +337,10 @@ class Marks(Protocol):
 
 
 class Memory(Protocol):
-    """The device allocator's counters a GPU batch reads around each call (the child's: torch.cuda's, bound before
-    the candidate exists): host-side bookkeeping, no device work, read outside the call's events."""
+    """The device allocator's counters a GPU batch reads before its first call and after its last (the child's:
+    torch.cuda's, bound before the candidate exists): host-side bookkeeping, no device work, outside every call's
+    events. Not around each call: torch's `memory_allocated` builds its whole statistics dict each time (~0.1-0.3 ms of
+    host time), which on an H100 put the host behind short calls (cross_entropy's 0.19 ms, 2026-11-28)."""
 
     def begin(self) -> None: ...
 
@@ -372,7 +380,7 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call]
     perf, sync, record, elapsed = _perf_counter, _cuda_synchronize, _record, _elapsed_time
     lead = _Event(enable_timing=True)
     events = tuple((_Event(enable_timing=True), _Event(enable_timing=True)) for _ in calls)
-    results, peaks = [], []
+    results = []
     flushes = state.lead(len(calls))
     sync(state.device)
     t0 = perf()
@@ -380,10 +388,10 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call]
     for _ in range(flushes):
         state.flush()
     sets = tuple(call.make() for call in calls)
+    if memory is not None:  # once, outside every call: reading torch's counters costs the host ~0.1-0.3 ms
+        memory.begin()
     for call, inputs, (start, end) in zip(calls, sets, events):
         state.flush()
-        if memory is not None:
-            memory.begin()
         if marks is not None:
             marks.canary()
         record(start)
@@ -391,8 +399,7 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call]
         record(end)
         if marks is not None:
             marks.canary()
-        if memory is not None:
-            peaks.append(memory.peak())
+    peak = memory.peak() if memory is not None else None
     kept = ()
     if keep is not None:
         for i, (result, inputs) in enumerate(zip(results, sets)):
@@ -410,7 +417,7 @@ def time_cuda_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call]
     if min([made, *events_ms, *gaps]) < -EVENT_RESOLUTION_MS:
         tampered += ("the batch's timing events (recorded again, out of order, during the batch)",)
     return BatchTime(times_ms=times, host_ms=host_ms, events_ms=events_ms, hidden_work=hidden, results=results,
-                     inputs=list(sets), made_ms=made, gaps_ms=gaps, peaks=peaks, kept=kept, tampered=tampered)
+                     inputs=list(sets), made_ms=made, gaps_ms=gaps, peak=peak, kept=kept, tampered=tampered)
 
 
 def time_batch(clock: DeviceClock, calls: list[Callable[[], object] | Call], *, keep: Keeper | None = None,

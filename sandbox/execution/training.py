@@ -18,8 +18,7 @@ side is sandbox/child/training.py. What changes from the forward judge (sandbox/
 - Timing: the step (forward + backward) is the score, timed exactly as forward calls are (batches of steps,
   a fresh seed per step, every step's loss and gradient checked after its batch); the forward alone is timed
   after it the same way (every loss checked) and reported in `details["training"]`. Peak device memory is
-  a step's: the most one step allocated beyond what existed before it (its inputs, and the earlier steps'
-  gradients, which the judge keeps for checking).
+  a step's: the batch's peak less the earlier steps' gradients, which the judge keeps for checking.
 - Baselines: eager and torch.compile of the same step (and of the forward alone), and Liger-Kernel's fused
   loss as an extra step row where it is installed and agrees with the fp64 truth
   (sandbox/execution/measure_baselines.py, run
@@ -49,6 +48,8 @@ from sandbox.verdict import Status, TimingStats
 GRAD_SAMPLE_BYTES = 8 << 20
 """Raw gradient rows read back per checked step: all rows at the CPU sizes (128 KiB), 128 rows of kl_div
 (512 of cross_entropy) at the official sizes, where the whole 1 GiB gradient would cost ~1 s per step."""
+ALLOCATOR_BLOCK = 512
+"""PyTorch's CUDA caching allocator rounds every allocation up to a multiple of 512 bytes."""
 PROJECTION_SLACK = 1e-9
 """Relative fp64 rounding allowed in a row projection beyond the tolerance (the sums' error is ~1e-13)."""
 
@@ -309,11 +310,13 @@ class TrainingExecution(Execution):
             raise _Stop(Status.INCORRECT, f"{label} left a wrong gradient: {grad.message}")
 
     def record_peak(self, batch_peak: int | None, calls: int) -> None:
-        """A step's peak: the most a step of the batch allocated beyond what existed before it (the inputs, and the
-        earlier steps' gradients, which the judge keeps alive for `grad_check`). The forward alone records none."""
+        """A step's peak: the batch's, less the gradients of the batch's earlier steps, which the judge keeps alive
+        for `grad_check` (an honest step's own peak is what is left). The forward alone records none."""
         if batch_peak is None or self.forward_only:
             return
-        self.peak_memory = max(self.peak_memory or 0, batch_peak)
+        rows, cols = self.shape
+        kept = (calls - 1) * -(-rows * cols * 4 // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
+        self.peak_memory = max(self.peak_memory or 0, batch_peak - kept)
 
 
 def execution_class(task: Task) -> type[Execution]:
