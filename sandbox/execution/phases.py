@@ -146,6 +146,9 @@ class TimedCall:
     work deferred past a call: the host clock's rule and the window bound it)."""
     ranked_ms: float = 0.0
     """What the batch ranks, per call: the claim plus what the parent charges it (plausibility.ranked_claim)."""
+    unexplained_ms: float = 0.0
+    """GPU: the parent's wall window beyond every device span the child reports (the span before the calls, the calls'
+    events, the gaps between them), per call: the host's own share of a round trip (plausibility.unexplained_wall)."""
     cpu_source: str = ""
     """Where `run_ms` came from (sandbox/execution/cputime.py: a cgroup, or the processes' clocks)."""
     settled: bool = True
@@ -188,6 +191,9 @@ class TimingDetails:
     """GPU, per timed batch: the device between a call's end and the next one's start beyond its flush, per gap."""
     ranked_ms: list[float]
     """Per timed batch, per call: what ranks (the claim and its charge: plausibility.ranked_claim)."""
+    unexplained_ms: list[float]
+    """GPU, per timed batch, per call: the parent's wall window beyond the device spans the child reports."""
+    empty_unexplained_ms: float
     lead_ms: float
     flush_ms: float
     speed_of_light_limit: float
@@ -495,6 +501,8 @@ class Execution:
         breach = (plausibility.timing_bound(claims, windows, [b.run_ms for b in timed], empty_runs, device_type,
                                             training=self.task.training is not None)
                   or plausibility.untimed_work_bound(claims, windows, empty_window, device_type)
+                  or plausibility.unexplained_wall([b.unexplained_ms for b in timed],
+                                                   [c.unexplained_ms for c in self.empty_calls], windows, device_type)
                   or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
@@ -539,6 +547,8 @@ class Execution:
             unattributed_ms=[round(b.excess_ms, 5) for b in timed],
             gaps_ms=[round(b.gap_ms, 5) for b in timed],
             ranked_ms=[round(b.ranked_ms, 5) for b in timed],
+            unexplained_ms=[round(b.unexplained_ms, 5) for b in timed],
+            empty_unexplained_ms=statistics.median(c.unexplained_ms for c in self.empty_calls),
             lead_ms=calibration.lead_ms if calibration is not None else 0.0,
             flush_ms=calibration.flush_ms if calibration is not None else 0.0,
             speed_of_light_limit=plausibility.IMPLAUSIBLE_SOL_FRACTION["cuda" if self.is_cuda else "cpu"],
@@ -751,7 +761,8 @@ class Execution:
                          distributions=seen["distributions"], host_ms=went.host_ms / n, event_ms=went.event_ms,
                          arm_ms=seen["arm_ms"] / n, truth_ms=seen["truth_ms"] / n, cpu_source=seen["cpu_source"],
                          settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, excess_ms=excess_ms,
-                         gap_ms=gap_ms, ranked_ms=ranked)
+                         gap_ms=gap_ms, ranked_ms=ranked,
+                         unexplained_ms=window_ms - (went.made_ms + sum(went.times_ms) + sum(went.gaps_ms)) / n)
 
     # --- what a training task changes (sandbox/execution/training.py overrides these) -----------------------------
 

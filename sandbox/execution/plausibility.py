@@ -278,6 +278,32 @@ def unattributed_work(excess_ms: list[float], make_ms: list[float], claims_ms: l
                            "refuse_fraction": UNATTRIBUTED_REFUSE_FRACTION})
 
 
+UNEXPLAINED_SLACK_MS = 0.2
+UNEXPLAINED_FRACTION = 0.1
+"""GPU: how much more of the parent's wall window per call than an empty batch's may be left unexplained by the device
+spans the child reports (the span before the calls, the calls' events, the gaps between them): 0.2 ms plus 10% of the
+window. An honest child's spans are the device's timeline, which the window holds whole with the host's fixed share of
+a round trip around it; a child whose event readings are scaled (a native patch of `cudaEventElapsedTime` through its
+GOT entry, as gpu-mode/pygpubench's published exploits do) under-reports every span alike, and leaves that share of
+the window unexplained: 30% at a scale of 0.7."""
+
+
+def unexplained_wall(unexplained_ms: list[float], empty_unexplained_ms: list[float], windows_ms: list[float],
+                     device_type: str) -> Breach | None:
+    """GPU: the median batch's wall window left unexplained by the child's device spans, against an empty batch's
+    (measured before the candidate existed)."""
+    if device_type != "cuda" or not unexplained_ms or not empty_unexplained_ms:
+        return None
+    beyond = statistics.median(unexplained_ms) - statistics.median(empty_unexplained_ms)
+    limit = UNEXPLAINED_SLACK_MS + UNEXPLAINED_FRACTION * statistics.median(windows_ms)
+    if beyond <= limit:
+        return None
+    return Breach(rule="timing",
+                  diagnosis=f"the device spans the child reports leave {beyond:.4f} ms per call of the judge's own "
+                  "wall clock unexplained, beyond what an empty round trip leaves: the child's event readings "
+                  "under-report the device's time", details={"unexplained_beyond_empty_ms": beyond, "limit_ms": limit})
+
+
 def speed_of_light_fraction(median_ms: float, min_bytes: int, bandwidth_bytes_per_s: float | None) -> float | None:
     """The memory floor (min_bytes / bandwidth) over the median: 1.0 is a call that reads its bytes at the measured
     bandwidth. What the verdict reports (`Performance.speed_of_light_fraction`) and what `speed_of_light` checks."""

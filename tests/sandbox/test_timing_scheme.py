@@ -39,6 +39,7 @@ from sandbox.execution.plausibility import (
     timing_bound,
     unattributed_charge,
     unattributed_work,
+    unexplained_wall,
 )
 
 from .conftest import CORPUS, corpus_meta
@@ -210,6 +211,7 @@ def test_work_done_while_the_inputs_are_made_is_charged_to_the_call() -> None:
     call is charged all of it but the slack."""
     slack = UNATTRIBUTED_SLACK_MS + UNATTRIBUTED_SLACK_FRACTION * KL_MAKE_MS
     ranked = ranked_claim(0.02, device_type="cuda", excess_ms=0.70, make_ms=KL_MAKE_MS)
+    assert slack < 0.2 * 0.72, "the slack leaves a small share of a kl_div call free, not most of it"
     assert ranked == pytest.approx(0.02 + 0.70 - slack)
     assert ranked >= 0.72 - slack
 
@@ -222,6 +224,34 @@ def test_the_call_s_work_done_before_it_is_refused_outright() -> None:
     assert unattributed_work([0.70] * 5, [0.0] * 5, [0.02] * 5, "cpu") is None, "the CPU's rule is cpu_scale"
     # Half the batches hiding work leave the median batch honest, and those batches ranked with their charge.
     assert unattributed_work([0.70] * 2 + [0.0] * 3, [KL_MAKE_MS] * 5, [0.72] * 5, "cuda") is None
+
+
+def test_the_parents_reference_for_making_inputs_is_its_least_measurement() -> None:
+    """A measurement the parent's own host held up (another thread holding the interpreter lock) reads long; the least
+    of the candidate's measurements is the device's time, so one slow reading neither charges nor excuses a batch."""
+    from reference import get_task
+    from sandbox.config import JudgeConfig
+    from sandbox.execution.phases import Execution
+
+    run = Execution(task=get_task("kl_div"), device="cpu", config=JudgeConfig(), shape=(8, 64), stages={})
+    assert run.made_reference("planted", 4.83) == 4.83
+    assert run.made_reference("planted", 9.7) == 4.83, "a held-up reading is not the reference"
+    assert run.made_reference("planted", 4.81) == 4.81
+    assert run.made_reference("official", None) == 0.0, "nothing measured for a distribution: no reference"
+
+
+def test_event_readings_scaled_down_leave_the_parents_wall_clock_unexplained() -> None:
+    """A native patch of cudaEventElapsedTime (through the GOT) scales every span the child reports; the parent's wall
+    window then holds device time no span accounts for. Honest spans leave only the round trip's own share, as an
+    empty batch's do (the figures: an H100's kl_div batches, ~7.7 ms of window a call, ~0.45 ms of it the host's)."""
+    windows = [7.7] * 10
+    honest = [0.45, 0.47, 0.44, 0.46, 0.45, 0.48, 0.45, 0.46, 0.44, 0.47]
+    empty = [0.42] * 10
+    assert unexplained_wall(honest, empty, windows, "cuda") is None
+    scaled = [u + 0.3 * (7.7 - u) for u in honest]  # every span read at 0.7 of its length
+    breach = unexplained_wall(scaled, empty, windows, "cuda")
+    assert breach is not None and breach.rule == "timing" and "under-report" in breach.diagnosis
+    assert unexplained_wall(scaled, empty, windows, "cpu") is None, "no device spans on the CPU"
 
 
 def test_cpu_claims_below_the_parents_accounting_are_scaled_up_to_it() -> None:
