@@ -12,6 +12,13 @@ ask for, and the parent charges it to the call (sandbox/execution/plausibility.p
 The parent measures device time alone: a sleep kernel queued ahead of the making gives the host time to queue all
 of it before the device starts, so no launch latency of the host's is in the figure (making cross_entropy's inputs
 takes the host longer to queue than the device to run).
+
+On the CPU the figure is the parent thread's own CPU time for the making, taken at the moment the child makes the same
+inputs: the CPU-time bound (sandbox/execution/plausibility.py, `call_floor_ms`) takes it out of the sandbox's CPU time
+for the round trip. A loaded host's caches slow the making in both processes alike, so what is left is the call's
+work and whatever else ran there (an empty batch's making, timed before the candidate existed on a host loaded
+otherwise, is not the same figure). The CPU tasks' inputs (32,768 elements) are under torch's parallel grain, so the
+making runs on the calling thread alone, as in the child (one thread).
 """
 
 from __future__ import annotations
@@ -49,13 +56,26 @@ def _sleep_rate(index: int) -> float:
         return _cycles_per_ms[index]
 
 
+def _made_on_this_thread(make: Callable[[], list[torch.Tensor]]) -> tuple[list[torch.Tensor], float]:
+    """(inputs, this thread's CPU ms for `make()`), made on this thread alone, as the child makes them: torch's other
+    threads would make this thread spin at their barrier when the host's cores are taken (5-8 ms of its CPU time for
+    kl_div's 0.3 ms making, on the 2-core development machine under load), a figure of the host's, not the making's."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        started = time.thread_time_ns()
+        inputs = make()
+        return inputs, (time.thread_time_ns() - started) / 1e6
+    finally:
+        torch.set_num_threads(threads)
+
+
 def made_on_device(make: Callable[[], list[torch.Tensor]],
-                   device: torch.device) -> tuple[list[torch.Tensor], float | None]:
-    """(inputs, device ms the making took): `make()` on `device`, timed by events on its current stream behind a
-    sleep long enough for the host to queue all of it first. On the CPU: (inputs, None): the CPU's making is
-    calibrated in the child itself (sandbox/child/harness.py, `_making_cost`)."""
+                   device: torch.device) -> tuple[list[torch.Tensor], float]:
+    """(inputs, ms the making took): on a GPU the device's time, by events on its current stream behind a sleep long
+    enough for the host to queue all of it first; on the CPU this thread's CPU time."""
     if device.type != "cuda":
-        return make(), None
+        return _made_on_this_thread(make)
     index = device.index if device.index is not None else torch.cuda.current_device()
     with torch.cuda.device(index):
         rate = _sleep_rate(index)

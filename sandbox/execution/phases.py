@@ -149,6 +149,14 @@ class TimedCall:
     unexplained_ms: float = 0.0
     """GPU: the parent's wall window beyond every device span the child reports (the span before the calls, the calls'
     events, the gaps between them), per call: the host's own share of a round trip (plausibility.unexplained_wall)."""
+    own_run_ms: float = 0.0
+    """CPU: the parent thread's CPU time making the same inputs, just before the batch, per call
+    (sandbox/execution/making.py): the judge's own work inside `run_ms`, as costly as the host's load made it then."""
+
+    @property
+    def call_run_ms(self) -> float:
+        """`run_ms` less the judge's own making of the inputs in it (`own_run_ms`): what the CPU-time bound compares."""
+        return self.run_ms - self.own_run_ms
     cpu_source: str = ""
     """Where `run_ms` came from (sandbox/execution/cputime.py: a cgroup, or the processes' clocks)."""
     settled: bool = True
@@ -184,7 +192,8 @@ class TimingDetails:
     """Per timed batch, per call: the child's span before the batch's first call (GPU: device time from the lead to
     the first start event; CPU: the host clock around the making of the inputs)."""
     judge_ms: list[float]
-    """GPU, per timed batch, per call: the device time the parent's own making of the same inputs took."""
+    """Per timed batch, per call: the parent's own making of the same inputs (GPU: its device time, the least of its
+    measurements; CPU: its thread's CPU time)."""
     unattributed_ms: list[float]
     """GPU, per timed batch, per call: device time before the calls beyond the judge's own work (charged)."""
     gaps_ms: list[float]
@@ -495,10 +504,10 @@ class Execution:
         claims = [b.claim_ms for b in timed]
         windows = [b.window_ms for b in timed]
         judge = [b.judge_ms for b in timed]
-        empty_runs = [c.run_ms for c in self.empty_calls]
+        empty_runs = [c.call_run_ms for c in self.empty_calls]
         empty_window = min(c.window_ms for c in self.empty_calls)
         # The empty batches made real inputs too (calibrate), so the windows and CPU times beyond theirs are the calls'.
-        breach = (plausibility.timing_bound(claims, windows, [b.run_ms for b in timed], empty_runs, device_type,
+        breach = (plausibility.timing_bound(claims, windows, [b.call_run_ms for b in timed], empty_runs, device_type,
                                             training=self.task.training is not None)
                   or plausibility.untimed_work_bound(claims, windows, empty_window, device_type)
                   or plausibility.unexplained_wall([b.unexplained_ms for b in timed],
@@ -506,7 +515,7 @@ class Execution:
                   or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
-        scale = plausibility.cpu_scale(claims, [b.run_ms for b in timed], empty_runs) if not self.is_cuda else 1.0
+        scale = plausibility.cpu_scale(claims, [b.call_run_ms for b in timed], empty_runs) if not self.is_cuda else 1.0
         details["timing"]["cpu_scale"] = scale
         ranked = [b.ranked_ms * scale for b in timed]
         stats = TimingStats(**{**summarize(ranked), "reps": details["timing"]["timed_calls"]})
@@ -534,7 +543,8 @@ class Execution:
             run_median_ms=statistics.median(runs),
             empty_call_run_ms=statistics.median(empty_runs),
             empty_call_window_ms=min(c.window_ms for c in self.empty_calls),
-            call_floor_ms=plausibility.call_floor_ms(runs, empty_runs),
+            call_floor_ms=plausibility.call_floor_ms([b.call_run_ms for b in timed],
+                                                     [c.call_run_ms for c in self.empty_calls]),
             # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found
             # a thread of the sandbox still on a CPU after cputime.SETTLE_S.
             cpu_time_source=", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),
@@ -694,6 +704,7 @@ class Execution:
         truths = [] if empty else [self.call_truth(self.shape, d, seed, timed=True)
                                    for d, seed in zip(distributions, seeds)]
         truth_ms = (time.perf_counter() - truth_started) * 1e3
+        own_run_ms = 0.0 if self.is_cuda else self.own_making_ms(distributions, seeds, truths)
         arm_started = time.perf_counter()
         self.ask(self.arm_command(n, empty), msg.ArmReply, step, timeout)
         arm_ms = (time.perf_counter() - arm_started) * 1e3
@@ -715,7 +726,7 @@ class Execution:
         outs = [self.output(went, [payload], step) for payload in raw.payloads]
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
         batch = self.measured(went, truths, n, window_ms=window_ms, run_ms=done.since(ran) / 1e6, arm_ms=arm_ms,
-                              truth_ms=truth_ms, distributions=distributions,
+                              truth_ms=truth_ms, distributions=distributions, own_run_ms=own_run_ms,
                               cpu_source=done.source, settled=ran.settled and done.settled)
         if empty:
             return batch
@@ -762,7 +773,17 @@ class Execution:
                          arm_ms=seen["arm_ms"] / n, truth_ms=seen["truth_ms"] / n, cpu_source=seen["cpu_source"],
                          settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, excess_ms=excess_ms,
                          gap_ms=gap_ms, ranked_ms=ranked,
-                         unexplained_ms=window_ms - (went.made_ms + sum(went.times_ms) + sum(went.gaps_ms)) / n)
+                         unexplained_ms=window_ms - (went.made_ms + sum(went.times_ms) + sum(went.gaps_ms)) / n,
+                         own_run_ms=seen["own_run_ms"] / n)
+
+    def own_making_ms(self, distributions: tuple[str, ...], seeds: list[int], truths: list[CallTruth]) -> float:
+        """CPU: the parent thread's CPU time making the batch's inputs (sandbox/execution/making.py), from the truths
+        just computed, or, for an empty batch (no truths), by making them here and dropping them."""
+        if truths:
+            return sum(t.make_ms or 0.0 for t in truths)
+        device = torch.device(self.device)
+        return sum(made_on_device(lambda d=d, s=s: self.task.make_inputs(self.shape, d, s, device), device)[1]
+                   for d, s in zip(distributions, seeds))
 
     # --- what a training task changes (sandbox/execution/training.py overrides these) -----------------------------
 

@@ -39,7 +39,7 @@ CLAIM_OVER_WINDOW_SLACK_MS = 0.05
 """A claim may exceed its window by clock granularity only: host and child read the same CLOCK_MONOTONIC,
 and CUDA events sit inside the host's window; 50 us covers the event clock's offset from the host's."""
 
-MIN_CLAIM_FRACTION = {"cpu": 0.45, "cuda": 0.65}
+MIN_CLAIM_FRACTION = {"cpu": 0.3, "cuda": 0.65}
 """The median claim must be at least this share of the parent's estimate of one call (`call_floor_ms`),
 measured with scripts/experiments/measure_timing_bound.py on honest candidates, idle and with the host saturated:
 
@@ -61,13 +61,18 @@ measured with scripts/experiments/measure_timing_bound.py on honest candidates, 
   ~1.6 ms in that suite run (where it goes is not yet known: no thread of the child's runs beside it); an empty batch
   measured beside each timed one would follow the load, but after candidate code has run (a finalizer of its
   inputs could run in it and lower the floor), so the empty batches stay before the candidate is loaded.
+  Since a timed call's inputs are made inside its round trip (issue 39), the CPU's refusal is 0.3 (both tables): the
+  ranked time no longer rests on it, `cpu_scale` ranks every claim at least at the floor, so an understatement short of
+  refusal buys nothing; the refusal is for a gross one (past 3.3x), and an honest file must never reach it. Beside three
+  helpers' test runs (load average 5-6 on the 2 cores, trace on, 2026-11-28) honest kl_div_cpp_correct read 0.66-0.70
+  typically and, once, under 0.45 in a timing run again after a (scripted) throttle.
 - GPU (H100, 2026-11-23, docs/results/timing-bound-h100-2026-11-23.log: kl_div_fast, cross_entropy_fast,
   kl_div_triton, batches of 3-8 calls): 0.89-0.95 idle, 0.81-0.88 with 16 busy loops on the 16 cores (the
   host spins in the synchronisation while the device works, so the accounted time is the call's plus the
   host's own share; an empty batch measured under load accounts less, which lowers the ratio). 0.65 is 20%
   under the lowest honest figure: a claim understated by more than 1.54x is caught, and on the fast kernels
   (over 75% of speed-of-light) an understatement that large is also over the speed-of-light limit."""
-MIN_CLAIM_FRACTION_TRAINING = {"cpu": 0.45, "cuda": 0.45}
+MIN_CLAIM_FRACTION_TRAINING = {"cpu": 0.3, "cuda": 0.45}
 """The same for the training variants' timed calls (the step, and the forward alone). Their round trips
 carry per-call host work of the judge's own that an empty call has not: a gradient-requiring leaf per call,
 and the batch's and the previous batch's gradients kept alive for the recycled-gradient check, so every
@@ -152,7 +157,9 @@ class Breach:
 def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float]) -> float:
     """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an empty
     batch's (which makes real inputs and evicts the cache alike: the judge's own work in a round trip), per call,
-    less RUN_NOISE_MS.
+    less RUN_NOISE_MS. On the CPU the caller passes both less the parent's own making of the same inputs at the same
+    moment (sandbox/execution/making.py): the making is most of a round trip's CPU time, and a loaded host inflates
+    it, so an empty batch timed at another moment is no measure of it.
 
     On the CPU the call is the work the kernel accounts. On a GPU the host spins in the synchronisation
     while the device works, so the accounted time is at most the call's (less if the host yields), and

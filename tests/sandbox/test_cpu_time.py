@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import Status, isolation, judge
-from sandbox.execution import cputime
+from sandbox.execution import cputime, plausibility
 from sandbox.isolation import Limits, SandboxSpec
 
 from .conftest import CORPUS, corpus_meta
@@ -186,8 +185,9 @@ class ClocksMeter(cputime.Meter):
 
 
 def floor_beyond_empty(verdict) -> float:  # noqa: ANN001
-    timing = verdict.details["timing"]
-    return statistics.median(timing["runs_ms"]) - timing["empty_call_run_ms"]
+    """The CPU time of a call's round trip beyond an empty one's, less the judge's making in both (before the noise
+    allowance `call_floor_ms` takes off)."""
+    return verdict.details["timing"]["call_floor_ms"] + plausibility.RUN_NOISE_MS
 
 
 def test_an_honest_candidate_working_in_a_joined_thread_is_correct_and_its_work_counted(
@@ -197,9 +197,10 @@ def test_an_honest_candidate_working_in_a_joined_thread_is_correct_and_its_work_
     assert verdict.status is Status.CORRECT, verdict.diagnosis
     timing = verdict.details["timing"]
     assert timing["cpu_time_source"].startswith("cgroup-v") and timing["cpu_readings_unsettled"] == 0
-    # The arm's round trip is recorded per batch, and covers the parent's own work during it.
+    # The arm's round trip and the parent's truth before it are recorded per batch (the truth is computed before the
+    # arm: no seed reaches the child before `go`).
     assert len(timing["arm_windows_ms"]) == len(timing["truth_ms"]) == timing["timed_batches"]
-    assert all(arm >= truth for arm, truth in zip(timing["arm_windows_ms"], timing["truth_ms"]))
+    assert all(truth > 0 for truth in timing["truth_ms"])
     monkeypatch.setattr(cputime, "Meter", LiveThreadsMeter)
     before = judge("kl_div", source, "cpu", config=judge_config)
     assert before.status is Status.CORRECT, before.diagnosis

@@ -115,10 +115,11 @@ def test_honest_claims_on_a_saturated_host_pass(claim_ms: float) -> None:
     assert timing_bound(*honest(claim_ms), EMPTY_RUNS) is None
 
 
-@pytest.mark.parametrize(("claim_ms", "factor"), [(0.3, 4.0), (0.7, 3.0), (4.0, 2.5)])
+@pytest.mark.parametrize(("claim_ms", "factor"), [(0.3, 6.0), (0.7, 4.5), (4.0, 3.5)])
 def test_understated_claims_are_caught(claim_ms: float, factor: float) -> None:
-    """On the CPU (MIN_CLAIM_FRACTION 0.45): a 4 ms call understated 2.5x, 0.7 ms 3x, a 0.3 ms call 4x
-    (RUN_NOISE_MS and the harness's share weigh there)."""
+    """On the CPU (MIN_CLAIM_FRACTION 0.3): a 4 ms call understated 3.5x, 0.7 ms 4.5x, a 0.3 ms call 6x
+    (RUN_NOISE_MS and the harness's share weigh there); a smaller understatement is ranked at the floor
+    (`cpu_scale`)."""
     claims, windows, runs = honest(claim_ms)
     breach = timing_bound([c / factor for c in claims], windows, runs, EMPTY_RUNS)
     assert breach is not None and breach.rule == "timing" and "far below" in breach.diagnosis
@@ -168,12 +169,12 @@ def test_the_training_rule_passes_the_honest_training_kernels_measured_on_an_h10
     (0.7270, 1.2329), (1.0270, 1.9035), (1.1203, 2.0652)])
 def test_the_training_rule_passes_the_honest_cpu_forward_alone_measured_under_load(claim, floor) -> None:
     """The CPU's forward alone is a ~1 ms call beside the judge's per-call training work, its ratio the lowest of
-    all: the training fraction passes these honest figures and catches the same claims understated 1.5 times."""
+    all: the training fraction passes these honest figures and catches the same claims understated 2.5 times."""
     empty = 0.3
     args = ([floor + empty + RUN_NOISE_MS + 5] * 20, [floor + empty + RUN_NOISE_MS] * 20, [empty] * 10, "cpu")
     assert call_floor_ms(args[1], args[2]) == pytest.approx(floor)
     assert timing_bound([claim] * 20, *args, training=True) is None
-    assert timing_bound([claim / 1.5] * 20, *args, training=True) is not None
+    assert timing_bound([claim / 2.5] * 20, *args, training=True) is not None
     assert MIN_CLAIM_FRACTION_TRAINING["cpu"] <= MIN_CLAIM_FRACTION["cpu"]
 
 
