@@ -22,7 +22,7 @@ from service.api import schemas
 from service.core.security import display_prefix, generate_key, hash_key
 from service.db.models import ApiKey, Job, Submission, VerdictRow, utcnow
 from service.profiles import store as profiles
-from service.queue import wakeup
+from service.queue import capability, wakeup
 from service.queue.states import FINAL, PUBLIC, JobState, PublicStatus
 
 
@@ -120,7 +120,7 @@ def create_submission(session: Session, key: ApiKey, body: schemas.SubmissionCre
             session.add(submission)
             session.flush()
             session.add(Job(submission_id=submission.id, task_id=body.task, queued_at=submission.created_at,
-                            not_before=submission.created_at))
+                            not_before=submission.created_at, **capability.job_needs(body.source)))
             session.flush()
             if body.profile:
                 profiles.request(session, [submission.id])
