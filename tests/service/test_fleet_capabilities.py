@@ -9,6 +9,8 @@ with an explicit capability override (`JUDGE_WORKER_JUDGES`), which is what the 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -23,7 +25,7 @@ from service.db.session import Database
 from service.queue import capability
 from service.queue import claims as q
 from service.worker import registry
-from tests.service.conftest import CORRECT_KL_DIV, wait_for
+from tests.service.conftest import CORRECT_KL_DIV, ROOT, wait_for
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 CUDA = (CORPUS / "cuda" / "kl_div_naive.py").read_text()
@@ -88,6 +90,21 @@ def test_a_cuda_candidate_on_a_cpu_only_service_is_refused_naming_the_gpu(db: Da
     assert refused.status_code == 422, refused.text
     body = refused.json()
     assert body["missing"] == ["gpu"] and "needs a GPU" in body["detail"] and "docs/gpu-workers.md" in body["detail"]
+    # The same statement from the CLI and on the home page.
+    cli = subprocess.run([sys.executable, "-m", "service.cli.main", "judging", "--url", base], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    said = " ".join(cli.stdout.split())
+    assert cli.returncode == 0 and "no GPU worker" in said and "docs/gpu-workers.md" in said, cli.stdout + cli.stderr
+    home = httpx.get(f"{base}/")
+    assert home.status_code == 200 and 'id="judging"' in home.text and "no GPU worker" in home.text
+
+    # A reward call: the sample with no code is judged at once, the CUDA one never claimed here; its reward is null.
+    rewards = httpx.post(f"{base}/v1/rewards", headers=headers, timeout=120, json={
+        "task": "kl_div", "deadline_s": 20, "completions": [NO_CODE, CUDA], "cancel_unfinished": True}).json()
+    items = rewards["results"]
+    assert items[0]["status"] == "compile_error" and items[1]["status"] is None, items
+    assert items[1]["reward"] is None and rewards["complete"] is False
+
     assert httpx.post(f"{base}/v1/submissions", headers=headers,
                       json={"task": "kl_div", "source": CPP}).status_code == 202  # the CPU's own language
 
@@ -98,8 +115,9 @@ def test_a_cuda_candidate_on_a_cpu_only_service_is_refused_naming_the_gpu(db: Da
     view = httpx.get(f"{base}/v1/submissions/{early.json()['id']}").json()
     assert view["status"] == "queued" and view["attempts"] == 0 and view["verdict"] is None, view
     with db.transaction(read_only=True) as session:
-        assert session.scalar(select(Submission.id).where(Submission.source == CUDA,
-                                                          Submission.id != early.json()["id"])) is None
+        refused_stored = select(Submission.id).where(Submission.source == CUDA, Submission.batch_id.is_(None),
+                                                     Submission.id != early.json()["id"])
+        assert session.scalar(refused_stored) is None  # the refused submission left nothing behind
 
 
 @pytest.mark.slow  # an API process and three worker processes
