@@ -16,6 +16,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from sandbox.needs import Needs
 from sandbox.verdict import Status, Verdict
 from service import visibility
 from service.api import schemas
@@ -174,8 +175,15 @@ def submission_view(session: Session, submission_id: str,
         attempts=job.claims, compile_cached=job.compile_cached,
         verdict=Verdict.model_validate(verdict_row.verdict) if verdict_row else None,
         duplicate_of=sub.duplicate_of, public=sub.public,
-        source_public=visibility.public_to_all(sub, public_after),
+        source_public=visibility.public_to_all(sub, public_after), waiting_for=_waiting_for(session, job),
     )
+
+
+def _waiting_for(session: Session, job: Job) -> list[str]:
+    """What a queued job needs that no worker seen lately has (service/queue/capability.py); [] otherwise."""
+    if job.state is not JobState.QUEUED or not (job.needs_gpu or job.language):
+        return []
+    return capability.fleet(session).missing(Needs(gpu=job.needs_gpu, language=job.language))
 
 
 def submission_source(session: Session, submission_id: str) -> Submission | None:

@@ -90,6 +90,9 @@ def test_a_cuda_candidate_on_a_cpu_only_service_is_refused_naming_the_gpu(db: Da
     assert refused.status_code == 422, refused.text
     body = refused.json()
     assert body["missing"] == ["gpu"] and "needs a GPU" in body["detail"] and "docs/gpu-workers.md" in body["detail"]
+    triton = httpx.post(f"{base}/v1/submissions", headers=headers, json={"task": "kl_div", "source": TRITON})
+    assert triton.status_code == 422 and triton.json()["missing"][0] == "gpu", triton.text
+
     # The same statement from the CLI and on the home page.
     cli = subprocess.run([sys.executable, "-m", "service.cli.main", "judging", "--url", base], capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
@@ -114,6 +117,7 @@ def test_a_cuda_candidate_on_a_cpu_only_service_is_refused_naming_the_gpu(db: Da
              "the worker to judge the marker")
     view = httpx.get(f"{base}/v1/submissions/{early.json()['id']}").json()
     assert view["status"] == "queued" and view["attempts"] == 0 and view["verdict"] is None, view
+    assert view["waiting_for"] == ["gpu"]  # what it waits for, now that the service knows it has no GPU worker
     with db.transaction(read_only=True) as session:
         refused_stored = select(Submission.id).where(Submission.source == CUDA, Submission.batch_id.is_(None),
                                                      Submission.id != early.json()["id"])
