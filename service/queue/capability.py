@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, false, or_, select, true
 from sqlalchemy.orm import Session
 
+from sandbox.languages import LANGUAGES
 from sandbox.needs import GPU, Capabilities, Needs
 from sandbox.needs import needs as needs_of
 from service.db.models import Job, WorkerRow, utcnow
@@ -63,15 +64,14 @@ class Fleet:
         lacks = [worker.missing(needs) for worker in self.workers]
         return [] if any(not lack for lack in lacks) else min(lacks, key=len)
 
-
     def statement(self) -> str:
         """What this service can judge, in a sentence or two, and where a GPU worker would come from."""
         if not self.workers:
             return ("No worker has been seen in the last 10 minutes: submissions wait in the queue until one "
                     "connects (`kernel-judge worker`). What it can judge depends on that worker's host.")
         if any(worker.gpu for worker in self.workers):
-            return (f"This service judges on GPU workers: CUDA C++ and C++ extensions, and "
-                    f"{_languages(self)} kernels, at each task's official size.")
+            return (f"This service judges on GPU workers: {_gpu_languages(self)}, at each task's official size "
+                    "(GET /v1/judging lists every worker's languages).")
         return ("This service has no GPU worker: it judges C++ kernels for the CPU (torch.utils.cpp_extension."
                 "load_inline with cpp_sources only) at each task's small CPU size. A CUDA, Triton, CuTe DSL or "
                 "TileLang candidate is refused at submission (422, naming the GPU it needs) rather than given a "
@@ -79,9 +79,10 @@ class Fleet:
                 "against this service's database: docs/gpu-workers.md.")
 
 
-def _languages(fleet: Fleet) -> str:
-    gpu_languages = sorted({lang for worker in fleet.workers if worker.gpu for lang in worker.languages} - {"cuda"})
-    return ", ".join(gpu_languages) or "no other"
+def _gpu_languages(fleet: Fleet) -> str:
+    """The kernel languages the GPU workers judge, in words."""
+    ids = {lang for worker in fleet.workers if worker.gpu for lang in worker.languages}
+    return ", ".join(language.name for language in LANGUAGES if language.id in ids) or "PyTorch operators only"
 
 
 def fleet(session: Session, now: dt.datetime | None = None, seen_within_s: float = SEEN_WITHIN_S) -> Fleet:

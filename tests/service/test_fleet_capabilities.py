@@ -171,3 +171,8 @@ def test_a_worker_row_without_capabilities_says_nothing(db: Database) -> None:
     with db.transaction(read_only=True) as session:
         fleet = capability.fleet(session)
     assert fleet.missing(needs(CUDA)) == ["gpu"] and fleet.words() == ["cuda"]
+    registry.register(db, "gpu:3", ["cuda:0"], "sandbox", ["gpu", "cuda", "triton"])
+    with db.transaction(read_only=True) as session:
+        fleet = capability.fleet(session)
+    assert fleet.missing(needs(CUDA)) == [] and fleet.missing(needs(TRITON)) == [] and fleet.words()[0] == "gpu"
+    assert "judges on GPU workers" in fleet.statement() and "Triton" in fleet.statement()
