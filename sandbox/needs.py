@@ -2,9 +2,9 @@
 
 A candidate written for a GPU (a CUDA source for torch's extension builder, or a Triton, CuTe DSL or TileLang
 kernel) cannot be judged on a host without one: there it fails for the host's reason ("CUDA_HOME environment
-variable is not set", "'triton' is not installed here"), and that failure is not the candidate's verdict. The
-service reads `needs` at submission, stores it with the job, and lets only a worker whose `Capabilities` cover it
-claim the job (service/queue/claims.py).
+variable is not set", "'triton' is not installed here"), and that failure is not the candidate's verdict. A queue
+of candidates can read `needs` when one arrives, keep it with its job, and hand the job only to a host whose
+`Capabilities` cover it.
 
 `needs` reads the candidate's source, as sent or as extracted; it is a static reading of untrusted text, so it
 errs toward "runs anywhere": only plain signs of device code count (a `cuda_sources=` argument, a `__global__`
