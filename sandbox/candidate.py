@@ -31,6 +31,8 @@ class PreparedCandidate:
     stages: dict[str, float] = field(default_factory=dict)
     compile_log: str = ""
     compile_cached: bool = False
+    build_id: str = ""
+    """Which stored build of `build_key` this is (sandbox/build/compiler.py `BuildResult.build_id`)."""
     build_advice: str | None = None
     """How to make this candidate's build fast, when its .cu or main.cpp needed torch's full headers
     (sandbox/build/advice.py)."""

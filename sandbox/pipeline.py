@@ -27,7 +27,8 @@ from sandbox import protocol as msg
 from sandbox import static_checks
 from sandbox.candidate import PreparedCandidate
 from sandbox.config import JudgeConfig
-from sandbox.execution.run import execute
+from sandbox.execution.run import execute as execute_once
+from sandbox.execution.warm import WarmChild
 from sandbox.extract import ExtractionError, extract_candidate
 from sandbox.languages import JIT_SHAPES_ENV
 from sandbox.stages import timed
@@ -84,14 +85,21 @@ def prepare(task_id: TaskId | str, raw_source: str, *, target: str = "cpu",
     if report.findings:
         return _verdict(Status.COMPILE_ERROR, report.findings[0].message, task.id, target, code_sha256,
                         details={"stage": "static_checks", "rule": report.findings[0].rule}, **common)
+    return _compile(task, raw_source, source, code_sha256, target, config, common)
 
+
+def _compile(task: Task, raw_source: str, source: str, code_sha256: str, target: str, config: JudgeConfig,
+             common: dict[str, Any]) -> PreparedCandidate | Verdict:
+    """`prepare`'s compile stage: the key's stored build, or a fresh one; a rejection's verdict, or the candidate.
+    `common`: the stages so far and the imports, which every verdict from here carries."""
+    stages = common["stages"]
     chain = compiler.toolchain(target)
     if config.isolation in ("unshare", "none"):
         # ninja records the paths a build ran at: /build under bubblewrap, the host's directory under the weaker
         # mechanisms. A build made under one is not up to date under the other, and the execution child never
         # builds (sandbox/build/no_build.py), so the two must not share a build.
         chain += f"; built at host paths ({config.isolation})"
-    key = compiler.build_key(source, chain)
+    key = compiler.build_key(source, chain, compiler.build_inputs(target, _build_env(task, target)))
     paths = compiler.KeyPaths.of(config.build_root, key)
     with timed(stages, "compile"):
         try:
@@ -111,8 +119,17 @@ def prepare(task_id: TaskId | str, raw_source: str, *, target: str = "cpu",
         return rejected
     return PreparedCandidate(task_id=task.id, source=source, code_sha256=code_sha256, build_key=key,
                              build_dir=paths.build, source_path=paths.source, toolchain=chain, target=target,
-                             imports=report.imports, stages=stages, compile_log=log, compile_cached=result.cached,
-                             build_advice=build_advice.advice(result.log, result.seconds))
+                             imports=common["imports"], stages=stages, compile_log=log, compile_cached=result.cached,
+                             build_id=result.build_id, build_advice=build_advice.advice(result.log, result.seconds))
+
+
+def _build_env(task: Task, target: str) -> dict[str, str]:
+    """What the judge adds to the build child's environment besides the accelerators: the architectures a CUDA
+    build targets, no device, and the shapes the JIT languages compile for. Part of the build key."""
+    extra = {"TORCH_CUDA_ARCH_LIST": compiler.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
+    shapes = [task.official_shape, *task.extra_shapes] if target == "cuda" else [task.cpu_shape, *task.cpu_extra_shapes]
+    extra[JIT_SHAPES_ENV] = json.dumps([list(shape) for shape in shapes])  # what the JIT languages compile for
+    return extra
 
 
 def _build_once(task: Task, paths: compiler.KeyPaths, source: str, target: str,
@@ -136,7 +153,7 @@ def _build_once(task: Task, paths: compiler.KeyPaths, source: str, target: str,
                 if result.build_failed:  # read while the build directory is as the build left it
                     placed = compile_errors.place(result.log, source, paths.build)
                     result = replace(result, compile_errors=tuple(e.model_dump() for e in placed))
-            compiler.store_result(paths, result, accel)
+            result = compiler.store_result(paths, result, accel)
         return result
 
 
@@ -213,9 +230,7 @@ def _missing_module(result: compiler.BuildResult) -> str | None:
 def _run_build(task: Task, paths: compiler.KeyPaths, target: str, config: JudgeConfig) -> compiler.BuildResult:
     """Import the candidate in a GPU-less isolated child so its extensions build into paths.build. A failure of
     the sandbox, the child or the host comes back as `infrastructure`, never as the candidate's outcome."""
-    extra = {"TORCH_CUDA_ARCH_LIST": compiler.cuda_arch_list(), "CUDA_VISIBLE_DEVICES": ""} if target == "cuda" else {}
-    shapes = [task.official_shape, *task.extra_shapes] if target == "cuda" else [task.cpu_shape, *task.cpu_extra_shapes]
-    extra[JIT_SHAPES_ENV] = json.dumps([list(shape) for shape in shapes])  # what the JIT languages compile for
+    extra = _build_env(task, target)
     started = time.monotonic()
     try:
         offer = compiler.offer_accelerators(config, target, paths.source.read_text())
@@ -288,6 +303,32 @@ def _broken(why: str, log: str, started: float) -> compiler.BuildResult:
     """A build child whose message was not one: the candidate's outcome (`BuildResult.broken_protocol`)."""
     return compiler.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
                                 error={"type": "protocol", "message": why}, broken_protocol=why)
+
+
+# --- execute: on the device, once more on a fresh build where a stored one was refused -----------------------
+
+def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | None = None,
+            child: WarmChild | None = None) -> Verdict:
+    """Run the prepared candidate on `device` (sandbox/execution/run.py `execute`).
+
+    When the execution child refused a stored build (found it not built for the command line it would run,
+    sandbox/build/no_build.py), the build was made where the build command differs in something the key does
+    not hold (another install or host sharing the build root, a judge of another version): the host's
+    difference, never the candidate's verdict. The stored build is forgotten, built again here, and the candidate
+    executed once more on a child of its own; only a refusal of a build made in this judging is the candidate's
+    compile_error. That rebuild holds the caller's device for a build's length; it is rare, since the key holds
+    the versions and paths of the toolchain (sandbox/build/compiler.py `toolchain`, `build_inputs`)."""
+    config = config or JudgeConfig()
+    verdict = execute_once(prepared, device, config=config, child=child)
+    if not (prepared.compile_cached and verdict.details.get("rule") == "not_built"):
+        return verdict
+    compiler.forget(config.build_root, compiler.KeyPaths(prepared.build_dir.parent), prepared.build_id)
+    common = dict(stages=dict(prepared.stages), imports=prepared.imports)
+    rebuilt = _compile(get_task(prepared.task_id), prepared.source, prepared.source, prepared.code_sha256,
+                       prepared.target, config, common)
+    stale = {"refused": verdict.diagnosis[:1000], "rebuilt": isinstance(rebuilt, PreparedCandidate)}
+    again = rebuilt if isinstance(rebuilt, Verdict) else execute_once(rebuilt, device, config=config)
+    return again.model_copy(update={"details": {**again.details, "stale_build": stale}})
 
 
 def judge(task_id: TaskId | str, raw_source: str, device: str = "cpu", *, config: JudgeConfig | None = None) -> Verdict:

@@ -16,13 +16,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from sandbox.needs import Needs
 from sandbox.verdict import Status, Verdict
 from service import visibility
 from service.api import schemas
 from service.core.security import display_prefix, generate_key, hash_key
 from service.db.models import ApiKey, Job, Submission, VerdictRow, utcnow
 from service.profiles import store as profiles
-from service.queue import wakeup
+from service.queue import capability, wakeup
 from service.queue.states import FINAL, PUBLIC, JobState, PublicStatus
 
 
@@ -120,7 +121,7 @@ def create_submission(session: Session, key: ApiKey, body: schemas.SubmissionCre
             session.add(submission)
             session.flush()
             session.add(Job(submission_id=submission.id, task_id=body.task, queued_at=submission.created_at,
-                            not_before=submission.created_at))
+                            not_before=submission.created_at, **capability.job_needs(body.source)))
             session.flush()
             if body.profile:
                 profiles.request(session, [submission.id])
@@ -174,8 +175,15 @@ def submission_view(session: Session, submission_id: str,
         attempts=job.claims, compile_cached=job.compile_cached,
         verdict=Verdict.model_validate(verdict_row.verdict) if verdict_row else None,
         duplicate_of=sub.duplicate_of, public=sub.public,
-        source_public=visibility.public_to_all(sub, public_after),
+        source_public=visibility.public_to_all(sub, public_after), waiting_for=_waiting_for(session, job),
     )
+
+
+def _waiting_for(session: Session, job: Job) -> list[str]:
+    """What a queued job needs that no worker seen lately has (service/queue/capability.py); [] otherwise."""
+    if job.state is not JobState.QUEUED or not (job.needs_gpu or job.language):
+        return []
+    return capability.fleet(session).missing(Needs(gpu=job.needs_gpu, language=job.language))
 
 
 def submission_source(session: Session, submission_id: str) -> Submission | None:

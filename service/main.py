@@ -10,7 +10,7 @@ from fastapi_offline import FastAPIOffline
 from service.api import errors
 from service.api.verdict_waits import VerdictWaits
 from service.api.routes import health, keys, leaderboard, submissions, tasks
-from service.api.routes import admin
+from service.api.routes import admin, judging
 from service.api.routes import batches, profiles, rewards
 from service.observability import metrics
 from service.core.config import Settings, get_settings
@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.db = Database(settings.db_url)
     for module in (submissions, tasks, leaderboard, keys, health):
         app.include_router(module.router)
+    app.include_router(judging.router)  # GET /v1/judging (issue 40)
     app.include_router(admin.router)  # GET /v1/admin/workers
     app.include_router(metrics.router)  # GET /metrics
     app.include_router(batches.router)  # /v1/batches (issue 8)

@@ -33,10 +33,12 @@ import re
 import shutil
 import stat
 import sys
+import sysconfig
+import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import torch
 
@@ -83,6 +85,32 @@ def toolchain(target: str) -> str:
         parts += [f"cuda {torch.version.cuda}", f"nvcc {tool_version(('nvcc', '--version'))}",
                   f"arch {cuda_arch_list()}"]
     return "; ".join(parts)
+
+
+def build_inputs(target: str, judge_env: Mapping[str, str]) -> str:
+    """Where the toolchain lives and what the judge adds to the build child's environment: the rest of what a
+    build is made from, beside the versions of `toolchain`. Part of the build key, not of a verdict (host paths
+    say nothing to a submitter).
+
+    Why the paths: torch writes the include and library directories of the Python and torch in use (and for CUDA,
+    CUDA_HOME's nvcc and headers) into build.ninja, and the execution child refuses a build whose command line is
+    not the one it would write (sandbox/build/no_build.py). Two installs of the same versions at different paths
+    (two virtual environments, a re-created one, a fleet's images) sharing one build root must not share a build.
+    The torch directory is taken as torch's extension builder takes it (`abspath`, links not resolved): a linked
+    prefix is another command line. `judge_env`: the variables the judge sets for the build child (the CUDA
+    architectures, the shapes the JIT languages compile for)."""
+    parts = {"python prefix": sys.prefix, "python include": sysconfig.get_paths()["include"],
+             "torch": os.path.dirname(os.path.abspath(torch.__file__)), "judge env": dict(sorted(judge_env.items()))}
+    if target == "cuda":
+        parts["cuda home"] = _cuda_home()
+    return json.dumps(parts, sort_keys=True)
+
+
+def _cuda_home() -> str | None:
+    """The CUDA toolkit torch's extension builder uses (its nvcc and headers are in the build command)."""
+    from torch.utils import cpp_extension  # not at the top: the parent needs torch's extension builder only for CUDA
+
+    return cpp_extension.CUDA_HOME
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,8 +173,9 @@ def _split_nvcc_binds(cache_root: Path) -> dict[Path, str]:
     return nvcc_split.sandbox_binds(driver, nvcc)
 
 
-def build_key(source: str, chain: str) -> str:
-    return hashlib.sha256(f"{chain}\n\0{source}".encode()).hexdigest()
+def build_key(source: str, chain: str, inputs: str) -> str:
+    """`chain`: `toolchain`'s versions; `inputs`: `build_inputs`' paths and environment."""
+    return hashlib.sha256(f"{chain}\n\0{inputs}\n\0{source}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -208,6 +237,8 @@ class BuildResult:
     fields): worked out once, from the build directory as the build left it, and stored with the outcome."""
     pch_building_s: float = 0.0
     """Of `seconds`, those spent building the host's shared precompiled headers first: this build's, not stored."""
+    build_id: str = ""
+    """Names this one build of its key (`store_result` sets it): what `forget` checks before removing a build."""
     cached: bool = False
 
     @property
@@ -254,10 +285,31 @@ def load_result(paths: KeyPaths, accel: str) -> BuildResult | None:
     return result if record.get("accelerators") == accel else None
 
 
-def store_result(paths: KeyPaths, result: BuildResult, accel: str) -> None:
+def store_result(paths: KeyPaths, result: BuildResult, accel: str) -> BuildResult:
     """Write the outcome beside the build, where only this process writes: a new file renamed into place, so
-    a reader sees the old outcome or the new one, never half of one. Raises OSError (a full disk)."""
+    a reader sees the old outcome or the new one, never half of one. Returns it with its `build_id`. Raises
+    OSError (a full disk)."""
+    result = replace(result, build_id=uuid.uuid4().hex)
     _write_private(paths.result, json.dumps({"accelerators": accel, "result": result.to_record()}))
+    return result
+
+
+def forget(build_root: Path, paths: KeyPaths, build_id: str) -> bool:
+    """Remove this key's stored build when it is still the build `build_id` (another process may have built the
+    key again since): the next `prepare` of the key builds afresh. False when it was not there any more.
+
+    For a stored build that the execution child refused to load here (sandbox/pipeline.py `execute`): made on
+    a host or install whose build command differs in something the key does not hold."""
+    with build_lock(build_root, paths.key_dir.name):
+        try:
+            stored = json.loads(_read_private(paths.result))["result"].get("build_id")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+        if stored != build_id:
+            return False
+        paths.result.unlink(missing_ok=True)
+        clear_build(paths.build)
+        return True
 
 
 def start_build(paths: KeyPaths, source: str) -> None:

@@ -227,6 +227,9 @@ class SubmissionOut(BaseModel):
     source_public: bool = Field(default=False, description=(
         "Anyone may read its source now: it is `public`, or it was sent before JUDGE_SOURCES_PUBLIC_AFTER, which has "
         "passed. Otherwise only its submitter and the admin key may (GET /v1/submissions/{id}/source)."))
+    waiting_for: list[str] = Field(default_factory=list, description=(
+        'While queued: what judging it needs that none of the workers seen lately has ("gpu", a kernel language). '
+        "It waits for a worker that has it and gets no verdict meanwhile (GET /v1/judging, docs/gpu-workers.md)."))
 
 
 class SubmissionSummary(BaseModel):

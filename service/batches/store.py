@@ -32,7 +32,7 @@ from service.batches.schemas import (
 )
 from service.db.models import ApiKey, Batch, Job, Submission, VerdictRow, new_id, utcnow
 from service.profiles import store as profiles
-from service.queue import wakeup
+from service.queue import capability, wakeup
 from service.queue.states import FINAL, JobState
 
 RAN = frozenset({Status.RUNTIME_ERROR, Status.TIMEOUT, Status.INCORRECT, Status.TAMPER_DETECTED, Status.CORRECT})
@@ -138,7 +138,7 @@ def create_batch(session: Session, key: ApiKey, samples: list[tuple[int, Sample]
             first[key_] = sub_id
             jobs.append({"submission_id": sub_id, "task_id": sample.task, "state": JobState.QUEUED, "not_before": now,
                          "queued_at": now, "claims": 0, "crashes": 0, "system_errors": 0,
-                         "fair_key": start + len(jobs)})
+                         "fair_key": start + len(jobs), **capability.job_needs(text)})
         subs.append({"id": sub_id, "task_id": sample.task, "source": text,
                      "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "api_key_id": key.id,
                      "submitter": key.submitter, "idempotency_key": None, "model": sample.model,

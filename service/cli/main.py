@@ -15,7 +15,7 @@ import sys
 
 import typer
 
-from service.cli import batches, exitcodes, interop, ops, submissions
+from service.cli import batches, exitcodes, interop, judging, ops, submissions
 from service.cli import generate as generate_cmd
 from service.cli.options import err
 from service.client import JudgeError
@@ -44,6 +44,7 @@ app.command(rich_help_panel=CLIENT)(submissions.submit)
 app.command(rich_help_panel=CLIENT)(submissions.status)
 app.command(rich_help_panel=CLIENT)(submissions.profile)
 app.command(rich_help_panel=CLIENT)(submissions.tasks)
+app.command(rich_help_panel=CLIENT)(judging.judging)
 app.command(rich_help_panel=CLIENT)(submissions.prompt)
 app.command(rich_help_panel=CLIENT)(submissions.leaderboard)
 

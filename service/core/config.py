@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     devices: str = "auto"
     """Comma-separated devices a worker executes on, e.g. "cuda:0,cuda:1" or "cpu". "auto": one executor
     per visible GPU (CUDA_VISIBLE_DEVICES), or "cpu" (the tasks' CPU size) when there is none."""
+    worker_judges: str | None = None
+    """What a worker says it can judge, instead of what it finds (sandbox/needs.py): "gpu" and kernel language ids,
+    comma-separated, e.g. "gpu,cuda,triton". Unset: "gpu" when its devices are GPUs, and the languages installed.
+    Only for a worker whose judge is known to differ from its devices (a test of the claim rules)."""
     compile_workers: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2))
     """Parallel sandbox.prepare calls (compilation is CPU-bound) per worker process."""
     lease_s: float = 120.0

@@ -150,6 +150,11 @@ class Job(Base):
     fair_key: Mapped[int | None] = mapped_column(BigInteger)
     """Claim order of a batch job (migration 0004, service.batches.fairness): its virtual start time. Null for an
     interactive submission, which is claimed before any batch job."""
+    needs_gpu: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """Judging it needs a GPU (migration 0012, sandbox/needs.py): only a worker that has one claims it."""
+    language: Mapped[str | None] = mapped_column(String(32))
+    """The optional kernel language it is written in (sandbox/languages.py id), which its worker must have; null:
+    torch and its extension builder only, which every worker has."""
 
     submission: Mapped[Submission] = relationship(back_populates="job")
 
@@ -265,6 +270,9 @@ class WorkerRow(Base):
     current_jobs: Mapped[list[Any]] = mapped_column(default=list)
     """[{job_id, submission_id, task_id, phase (HeldPhase), since}] as of the last heartbeat."""
     stats: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    judges: Mapped[list[Any] | None] = mapped_column(JSON)
+    """What it can judge (migration 0012, sandbox/needs.py `Capabilities.words`): "gpu" if it has one, and the
+    kernel languages installed there. Null for a worker of an older version."""
 
 
 class ProfileRow(Base):

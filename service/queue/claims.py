@@ -34,14 +34,15 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from sandbox.needs import Capabilities
 from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
-from service.queue import order, wakeup
+from service.queue import capability, order, wakeup
 from service.queue.states import ACTIVE, BLAMED, AttemptOutcome, JobState, Outcome
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def _end_attempt(session: Session, token: str | None, outcome: AttemptOutcome, n
 
 def claim(db: Database, worker_id: str, limit: int, lease_s: float,
           held: Collection[str] = (), *, seconds: Callable[[str], float] | None = None,
-          window: int = 1) -> list[Claim]:
+          window: int = 1, capabilities: Capabilities | None = None) -> list[Claim]:
     """Atomically take up to `limit` ready jobs: queued ones whose backoff has passed, and jobs whose
     worker's lease expired (reclaimed; a crash if it expired while running). Interactive first, then batches in
     fair order.
@@ -116,14 +117,18 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
     `seconds` (a task's expected device seconds, service.queue.lengths) with `window` > 1: longest first among the
     first `window` places of the fair order (service.queue.order, which bounds the reordering). The candidates
     are read and locked in the same statement as before, `window` rows instead of `limit`; those not taken are
-    unlocked at commit, untouched."""
+    unlocked at commit, untouched.
+
+    `capabilities`: what the claiming worker can judge; it is handed only jobs whose needs they cover
+    (service/queue/capability.py), the others stay queued for a worker that has what they need."""
     if limit <= 0:
         return []
     now = utcnow()
     reorder = seconds is not None and window > 1
     claims: list[Claim] = []
     with db.transaction() as session:
-        candidates = _ready(session, db.sqlite, now, held, max(limit, window) if reorder else limit)
+        candidates = _ready(session, db.sqlite, now, held, max(limit, window) if reorder else limit,
+                            capability.claimable(capabilities))
         for job in order.longest_first(candidates, limit, seconds, window) if reorder else candidates:
             if job.state is BLAMED:  # the candidate was executing when its worker died
                 job.crashes += 1
@@ -150,7 +155,8 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
     return claims
 
 
-def _ready(session: Session, sqlite: bool, now: dt.datetime, held: Collection[str], n: int) -> list[Job]:
+def _ready(session: Session, sqlite: bool, now: dt.datetime, held: Collection[str], n: int,
+           claimable: ColumnElement[bool]) -> list[Job]:
     """The first `n` ready jobs in fair order, locked for this transaction (PostgreSQL: `FOR UPDATE SKIP LOCKED`;
     SQLite: the transaction's write lock).
 
@@ -161,10 +167,10 @@ def _ready(session: Session, sqlite: bool, now: dt.datetime, held: Collection[st
     order). One statement over all of them cannot use an index for `fair_key NULLS FIRST, id` and sorted every ready
     job on every claim: ~30 ms of server CPU per claim with 20,000 queued, growing with the backlog
     (docs/results/fleet-db-cpu-2026-11-26.md)."""
-    expired = Job.state.in_(ACTIVE) & (Job.lease_expires_at < now)
+    expired = Job.state.in_(ACTIVE) & (Job.lease_expires_at < now) & claimable
     if held:
         expired &= Job.claim_token.not_in(list(held))
-    queued = (Job.state == JobState.QUEUED) & (Job.not_before <= now)
+    queued = (Job.state == JobState.QUEUED) & (Job.not_before <= now) & claimable
     parts = [select(Job).where(expired).order_by(Job.fair_key.asc().nulls_first(), Job.id),
              select(Job).where(queued, Job.fair_key.is_(None)).order_by(Job.id),
              select(Job).where(queued, Job.fair_key.is_not(None)).order_by(Job.fair_key, Job.id)]

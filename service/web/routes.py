@@ -25,6 +25,7 @@ from service.rankable import Rankable
 from service.api.deps import ReadSessionDep, SettingsDep
 from service.db.models import Submission
 from service.profiles import store as profile_store
+from service.queue import capability
 from service.web import batch, measured, plots
 from service.web.highlight import source_html
 from service.web.render import BASELINES, baseline_order, page
@@ -63,7 +64,7 @@ def home(request: Request, session: ReadSessionDep) -> HTMLResponse:
                                 lambda task_id=task.id.value: measured.newest_per_device(session, task_id))
         devices = [(d, correct_counts(rows, d.device_name), newest.get(d.device_name)) for d in summaries]
         tasks.append((task, devices, any(where is not None and where.on_cpu for *_, where in devices)))
-    return page(request, "index.html", tasks=tasks)
+    return page(request, "index.html", tasks=tasks, judging=capability.fleet(session).statement())
 
 
 @router.get("/leaderboard/{task_id}", response_class=HTMLResponse)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from reference import TaskId
 from sandbox import PreparedCandidate, Verdict
+from sandbox.needs import Capabilities, host_capabilities
 from sandbox.profiling.report import Profile
 from service.core.config import Settings
 from service.db.models import utcnow
@@ -110,6 +111,9 @@ class Worker:
         """Each device as the device-busy timeline names it (service.worker.holds)."""
         self.sandbox_devices = {d: holds.sandbox_device(d) for d in devices}
         """Each device as the sandbox is given it: a virtual CPU device `cpu:N` is the CPU."""
+        self.capabilities = (Capabilities.parse(settings.worker_judges) if settings.worker_judges is not None
+                             else host_capabilities(gpu=self.target == "cuda"))
+        """What it claims (service/queue/capability.py): only jobs whose needs these cover."""
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.policy = q.RetryPolicy(settings.max_attempts, settings.retry_backoff_s, settings.max_worker_crashes)
         self.compile_slots = max(1, settings.compile_workers)
@@ -142,12 +146,13 @@ class Worker:
 
     def run(self, *, max_jobs: int | None = None) -> None:
         """Claim and judge until stopped (signal, `stop()`, or after `max_jobs` verdicts)."""
-        log.info("worker %s: judge=%s devices=%s compile_workers=%d lease=%.0fs", self.worker_id, self.judge.mode,
-                 ",".join(self.devices), self.compile_slots, self.settings.lease_s)
+        log.info("worker %s: judge=%s devices=%s judges=%s compile_workers=%d lease=%.0fs", self.worker_id,
+                 self.judge.mode, ",".join(self.devices), ",".join(self.capabilities.words()), self.compile_slots,
+                 self.settings.lease_s)
         if self.parent is not None:
             lifeline.die_with_parent()  # SIGTERM when `serve` dies: the handler stops us gracefully
         try:
-            registry.register(self.db, self.worker_id, self.devices, self.judge.mode)
+            registry.register(self.db, self.worker_id, self.devices, self.judge.mode, self.capabilities.words())
         except Exception:  # the row is for people and metrics; leases work without it
             log.exception("could not register in the workers table")
         # Pre-started children begin now, before the first job is claimed (one pool slot per sandbox device).
@@ -210,7 +215,7 @@ class Worker:
             expected = {task: self.lengths.expected(task) for task in TASK_IDS}
         return q.claim(self.db, self.worker_id, want, self.settings.lease_s, held=held,
                        seconds=lambda task: expected.get(task, lengths.default_seconds(task)),
-                       window=self.settings.claim_window)
+                       window=self.settings.claim_window, capabilities=self.capabilities)
 
     def stop(self) -> None:
         self.stopping.set()

@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from sandbox.needs import needs
 from sandbox.verdict import Status
 from service import crud
 from service.api import schemas
@@ -23,6 +24,7 @@ from service.core.config import Settings
 from service.core.ratelimit import lock_key, spend_token
 from service.db.models import ApiKey
 from service.db.session import Database
+from service.queue import capability
 from service.queue.states import PublicStatus
 from service.visibility import can_see_source
 
@@ -71,6 +73,14 @@ def _admit(db: Database, settings: Settings, key: ApiKey, body: schemas.Submissi
     POSTs passed a quota of 10 38 times)."""
     with db.transaction(read_only=True) as session:
         existing = crud.find_idempotent(session, key.id, body.idempotency_key)
+        fleet = capability.fleet(session) if existing is None else None
+    missing = fleet.missing(needs(body.source)) if fleet is not None else []
+    if fleet is not None and missing:
+        # Refused, not queued: no worker here would claim it, so a job would wait with no end in sight, and a
+        # client waiting on its verdict (submit --wait, a trainer's reward) would learn nothing until its timeout.
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, {
+            "message": capability.refusal(missing), "missing": missing,
+            "judges": fleet.words()})
     try:
         if existing is not None:
             return crud.check_replay(existing, body)
