@@ -159,7 +159,9 @@ def profile(submission_id: str) -> Call:
 
 
 def source(submission_id: str) -> Call:
-    return Call("GET", f"/v1/submissions/{submission_id}/source", lambda r: r.text)
+    """The text exactly as submitted: the route answers JSON unless Accept prefers text/plain."""
+    return Call("GET", f"/v1/submissions/{submission_id}/source", lambda r: r.text,
+                headers={"accept": "text/plain"})
 
 
 def tasks() -> Call:
