@@ -1,6 +1,6 @@
 """`kernel-judge`: run the judge (serve, worker, migrate, keys) and use it (submit, batch, generate, ...).
 
-    kernel-judge serve                          API + one local worker, SQLite under ./data (one machine)
+    kernel-judge serve                          API + one local worker, SQLite in ~/.local/share/kernel-judge
     kernel-judge worker                         a standalone worker for DATABASE_URL (any machine, any GPUs)
     kernel-judge submit kernel.py --task kl_div --wait
     kernel-judge profile ID                     its Nsight Compute profile, when sent with --profile
