@@ -118,6 +118,10 @@ class TaskSummary(_View):
     title: str
     kernelbench_id: str
     official_shape: list[int]
+    judged_shape: list[int] | None = None
+    """The input size judged on the service's host: official on a GPU, the task's CPU size on the CPU."""
+    judged_device: str | None = None
+    """"cuda" or "cpu": the device type the service's host judges on."""
     variant: str = "forward"
     """"forward" (the loss) or "training" (the loss and its gradient, `forward_task` extended)."""
     forward_task: str | None = None
