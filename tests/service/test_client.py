@@ -75,6 +75,23 @@ def test_publish_makes_a_source_readable_by_anyone_and_private_again(client, db)
             anonymous.source(private.id)
 
 
+def test_listing_your_submissions_reads_lines_with_a_verdict(client, db):
+    from sandbox.verdict import Status, Verdict
+    from service.queue import claims as q
+
+    with _judge(client, new_key(db, "ivy")) as judge:
+        judged = judge.submit("kl_div", "import torch\nclass ModelNew(torch.nn.Module): pass  # judged\n", model="m")
+        (claim,) = q.claim(db, "w", 1, 60)
+        verdict = Verdict(status=Status.INCORRECT, diagnosis="off", task="kl_div", device="cpu",
+                          judged_sha256=claim.text_sha256)
+        assert q.finish(db, claim.token, verdict, "w", q.RetryPolicy()) == "verdict"
+        waiting = judge.submit("cross_entropy", "import torch\nclass ModelNew(torch.nn.Module): pass\n")
+        lines = {line.id: line for line in judge.submissions()}
+        assert lines[judged.id].done and lines[judged.id].verdict == "incorrect" and lines[judged.id].model == "m"
+        assert not lines[waiting.id].done and lines[waiting.id].verdict is None
+        assert [line.id for line in judge.submissions(task="cross_entropy")] == [waiting.id]
+
+
 def test_429_is_retried_as_retry_after_says_then_raised(db_url, db):
     settings = Settings(database_url=db_url, rate_limit_per_minute=1, rate_limit_burst=1)
     key = new_key(db, "gina")
