@@ -1,5 +1,6 @@
-"""docs/integrations.md's examples, run as written against a real service and worker, with the judge in
-JUDGE_URL / JUDGE_API_KEY as the page says: a wrong name or argument in the page fails here.
+"""docs/integrations.md's examples (and the user guide's rewards call), run as written against a real service
+and worker, with the judge in JUDGE_URL / JUDGE_API_KEY as the page says: a wrong name or argument in the page
+fails here.
 
 Nothing is injected into a snippet's names. Only what needs the outside world is changed: TRL's model id
 becomes a tiny model saved here (its config as written runs on this CPU), and its training runs one step
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -132,3 +135,15 @@ def test_the_openenv_example_runs_an_episode(judge_env, capsys):
     assert env.step(action(code=HACK)).status == "policy_violation"
     env.reset()
     assert asyncio.run(env.step_async(action(code=PROSE))).status == "compile_error"
+
+
+def test_the_user_guides_rewards_call_runs_as_written(judge_env):
+    done = subprocess.run(["bash", "-c", doc_block("The tour over HTTP", "bash", "docs/user-guide.md")],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["complete"] is True  # neither needs a build: the page's call comes back at once
+    prose, module = answer["results"]
+    assert prose["index"] == 0 and prose["reward"] == 0.0 and prose["status"] == "compile_error"
+    assert "no candidate found" in prose["diagnosis"]
+    assert module["index"] == 1 and module["reward"] == 0.0 and "does not define forward()" in module["diagnosis"]
