@@ -23,8 +23,8 @@ capped at `speedup_cap` so one outlier cannot dominate a group's advantage. Its 
 every transform (`log` is max(0, ln s)): a slow correct kernel then still scores at least format + compile +
 correct, and so never below an incorrect kernel (format + compile at most) or an answer with no code. Left
 unfloored, ln 0.5 = -0.69 would put a correct kernel at 0.5x (0.1 + 0.3 - 0.69) below an answer with no code
-(0.0), and a trainer would learn to write nothing. The parameters are checked for the same order: weights
-that would put a correct kernel below an incorrect one, a hack, a refused item or no code are refused.
+(0.0), and a trainer would learn to write nothing. The parameters are bounded for the same order: `format`,
+`compile`, `correct` and `speedup_weight` are not negative, `no_format`, `hack_penalty` and `refused` not positive.
 A correct verdict without a timing (the compile-only load-test judge) gets no speedup term. A `system_error`
 is the judge's failure, not the policy's: its reward is `system_error` (null by default: drop the sample).
 A completion still unjudged at the deadline gets `unfinished` (null by default).
@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.verdict import Status
 
@@ -62,9 +62,13 @@ class RewardParams(BaseModel):
     # NaN or an infinity would make every reward (and the JSON answer) meaningless.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    format: float = Field(default=0.0, description="Added when a candidate module was found.")
-    compile: float = Field(default=0.1, description="Added when the candidate compiled (TritonForge: 0.1).")
-    correct: float = Field(default=0.3, description="Added when correct (Kevin-32B: 0.3).")
+    # The bounds keep a correct kernel's reward (format + compile + correct + a speedup term >= 0) at or above an
+    # incorrect kernel's (format + compile, or format alone), a hack's, a refused item's and no code's (<= 0):
+    # the order the reward exists to teach. They are per field, so the OpenAPI schema states them.
+    format: float = Field(default=0.0, ge=0, description="Added when a candidate module was found (not negative).")
+    compile: float = Field(default=0.1, ge=0,
+                           description="Added when the candidate compiled (TritonForge: 0.1; not negative).")
+    correct: float = Field(default=0.3, ge=0, description="Added when correct (Kevin-32B: 0.3; not negative).")
     speedup_weight: float = Field(default=1.0, ge=0,
                                   description="Weight of the speedup term (correct kernels only; not negative).")
     speedup_baseline: Literal["eager", "compile"] = Field(default="eager",
@@ -74,27 +78,14 @@ class RewardParams(BaseModel):
                                       "excess: max(0, s - 1) (TritonForge). Never negative, so a correct kernel "
                                       "never scores below an incorrect one or no code.")
     speedup_cap: float = Field(default=10.0, gt=0, description="s is clipped to [0, cap] before the transform.")
-    hack_penalty: float = Field(default=-1.0, description="The whole reward of a policy_violation or tamper_detected.")
-    no_format: float = Field(default=0.0, description="The whole reward when no candidate module was found.")
+    hack_penalty: float = Field(default=-1.0, le=0, description="The whole reward of a policy_violation or "
+                                                               "tamper_detected (not positive).")
+    no_format: float = Field(default=0.0, le=0,
+                             description="The whole reward when no candidate module was found (not positive).")
     unfinished: float | None = Field(default=None, description="Reward of a completion unjudged at the deadline.")
     system_error: float | None = Field(default=None, description="Reward when the judge itself failed.")
-    refused: float = Field(default=0.0, description="Reward of an item the service refused (empty, too large, "
-                                                    "unknown task).")
-
-    @model_validator(mode="after")
-    def _correct_ranks_first(self) -> RewardParams:
-        """Refuse weights under which a correct kernel could score below an incorrect one, a hack, a refused item
-        or no code: the order the reward exists to teach."""
-        least_correct = self.format + self.compile + self.correct  # a correct kernel's floor (its speedup term >= 0)
-        beaten = {"an incorrect kernel that compiled (format + compile)": self.format + self.compile,
-                  "an incorrect kernel that did not compile (format)": self.format,
-                  "no code (no_format)": self.no_format, "a hack (hack_penalty)": self.hack_penalty,
-                  "a refused item (refused)": self.refused}
-        above = [f"{what} = {value:g}" for what, value in beaten.items() if value > least_correct]
-        if above:
-            raise ValueError(f"a correct kernel scores at least format + compile + correct = {least_correct:g}, below "
-                             f"{'; '.join(above)}: raise correct, or lower those terms")
-        return self
+    refused: float = Field(default=0.0, le=0, description="Reward of an item the service refused (empty, too large, "
+                                                          "unknown task; not positive).")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,10 @@ TRANSFORMS = ("linear", "log", "excess")
 BASELINES = ("eager", "compile")
 SPEEDUPS = st.one_of(st.none(), st.just(math.nan), st.just(math.inf), st.just(0.0),
                      st.floats(min_value=1e-6, max_value=1e6, allow_nan=False))
-WEIGHT = st.floats(min_value=-2.0, max_value=2.0, allow_nan=False)
+NOT_NEGATIVE = ("format", "compile", "correct", "speedup_weight")
+NOT_POSITIVE = ("no_format", "hack_penalty", "refused")
+WEIGHTS = st.fixed_dictionaries({**{k: st.floats(min_value=0.0, max_value=5.0) for k in NOT_NEGATIVE},
+                                 **{k: st.floats(min_value=-5.0, max_value=0.0) for k in NOT_POSITIVE}})
 
 
 def _honest_failures_and_worse(p: RewardParams) -> dict[str, float]:
@@ -76,23 +79,24 @@ def _honest_failures_and_worse(p: RewardParams) -> dict[str, float]:
 
 @settings(max_examples=400, deadline=None)
 @given(transform=st.sampled_from(TRANSFORMS), baseline=st.sampled_from(BASELINES),
-       cap=st.floats(min_value=1e-3, max_value=1e4), eager=SPEEDUPS, compile_=SPEEDUPS,
-       weights=st.fixed_dictionaries({k: WEIGHT for k in ("format", "compile", "correct", "speedup_weight",
-                                                           "no_format", "hack_penalty", "refused")}))
+       cap=st.floats(min_value=1e-3, max_value=1e4), eager=SPEEDUPS, compile_=SPEEDUPS, weights=WEIGHTS)
 def test_a_correct_kernel_never_scores_below_a_failure_under_any_accepted_setting(transform, baseline, cap, eager,
                                                                                    compile_, weights):
-    try:
-        p = RewardParams(speedup_transform=transform, speedup_baseline=baseline, speedup_cap=cap, **weights)
-    except pydantic.ValidationError as refused:
-        # Refused exactly when some failure could outscore a correct kernel (or the speedup would count against it).
-        least_correct = weights["format"] + weights["compile"] + weights["correct"]
-        rivals = (weights["format"] + weights["compile"], weights["format"], weights["no_format"],
-                  weights["hack_penalty"], weights["refused"])
-        assert weights["speedup_weight"] < 0 or max(rivals) > least_correct, refused
-        return
+    p = RewardParams(speedup_transform=transform, speedup_baseline=baseline, speedup_cap=cap, **weights)
     correct = reward(summary(S.CORRECT, eager=eager, compile_=compile_), p).value
     for what, value in _honest_failures_and_worse(p).items():
         assert correct >= value, (what, correct, value, p)
+
+
+@settings(max_examples=200, deadline=None)
+@given(weights=WEIGHTS, wrong=st.sets(st.sampled_from(NOT_NEGATIVE + NOT_POSITIVE), min_size=1),
+       by=st.floats(min_value=1e-6, max_value=10.0))
+def test_every_setting_outside_the_bounds_is_refused_by_name(weights, wrong, by):
+    # Every other setting is accepted (the property above runs on them): the bounds are exactly what is refused.
+    out = {k: (-by if k in NOT_NEGATIVE else by) if k in wrong else v for k, v in weights.items()}
+    with pytest.raises(pydantic.ValidationError) as refused:
+        RewardParams(**out)
+    assert {e["loc"][0] for e in refused.value.errors()} == wrong
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS)
