@@ -117,7 +117,7 @@ def reward(summary: VerdictSummary, params: RewardParams | None = None) -> Rewar
     if not summary.format_ok:
         return Reward(params.no_format, {"format": params.no_format})
     correct = summary.status is Status.CORRECT
-    # A correct verdict ran, so it compiled: the order the parameters are checked for rests on it.
+    # A correct verdict ran, so it compiled: the order the parameter bounds keep rests on it.
     terms = {"format": params.format, "compile": params.compile if summary.compiled or correct else 0.0}
     terms["correct"] = params.correct if correct else 0.0
     speedup = summary.speedup_eager if params.speedup_baseline == "eager" else summary.speedup_compile
