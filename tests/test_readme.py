@@ -58,4 +58,5 @@ def test_what_left_the_readme_is_in_the_guides():
                     "## Operations", "## Configuration", "## GPU acceptance"):
         assert heading in operator and heading not in user, heading
     assert "POST $JUDGE_URL/v1/rewards" in user and "--language cpp" in user
+    assert "kernel-judge fake-model --port 8100" in user and "kernel-judge fake-model --port 8100" in README
     assert "| `JUDGE_DATA_DIR` | `~/.local/share/kernel-judge` |" in operator
