@@ -60,3 +60,30 @@ def test_what_left_the_readme_is_in_the_guides():
     assert "POST $JUDGE_URL/v1/rewards" in user and "--language cpp" in user
     assert "kernel-judge fake-model --port 8100" in user and "kernel-judge fake-model --port 8100" in README
     assert "| `JUDGE_DATA_DIR` | `~/.local/share/kernel-judge` |" in operator
+
+
+def test_the_tours_files_exist_and_its_batch_adds_no_precompiled_header():
+    """The tour's submit and batch name files of the repository; the batch's lines are what POST /v1/batches
+    takes, and every C++ candidate in it asks for the flags of the submitted kernel (-O2), whose precompiled
+    header the first submit already built: a sample with other flags would build one more (2-3 minutes on 2 cores)."""
+    import json
+
+    from sandbox.build.accel import wanted_flag_sets
+    from service.api.schemas import SubmissionCreate
+
+    tour = README[README.index("## A first tour"):README.index("## Read on")]
+    submitted = ROOT / re.search(r"kernel-judge submit (\S+)", tour).group(1)
+    batch = ROOT / re.search(r"kernel-judge batch (\S+) --watch", tour).group(1)
+    assert submitted.is_file() and batch.is_file(), (submitted, batch)
+    flags = wanted_flag_sets(submitted.read_text())
+    assert flags == [("-O2",)]
+    lines = batch.read_text().splitlines()
+    assert len(lines) == 10  # "a batch of 10" (issue 42)
+    samples = [SubmissionCreate.model_validate(json.loads(line)) for line in lines]
+    assert {s.task for s in samples} == {"kl_div", "cross_entropy"}
+    assert [s.sample_index for s in samples] == list(range(10))
+    builds = [s for s in samples if "load_inline" in s.source]
+    for sample in builds:
+        code = sample.source.rsplit("```python\n", 1)[-1].split("```", 1)[0]  # a completion's code block
+        assert wanted_flag_sets(code) == flags, sample.sample_index
+    assert len(builds) >= 5  # real builds, not only cheap verdicts

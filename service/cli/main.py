@@ -4,7 +4,7 @@
     kernel-judge worker                         a standalone worker for DATABASE_URL (any machine, any GPUs)
     kernel-judge submit kernel.py --task kl_div --wait
     kernel-judge profile ID                     its Nsight Compute profile, when sent with --profile
-    kernel-judge batch samples.jsonl --watch    a live progress bar, then the metrics table
+    kernel-judge batch examples/samples.jsonl --watch    a live progress bar, then the metrics table
     kernel-judge generate --task kl_div --model M --samples 8 --turns 2
     kernel-judge fake-model --port 8100         a stand-in model server for generate (no LLM needed)
 
