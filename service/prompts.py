@@ -5,6 +5,11 @@ It follows KernelBench's one-shot prompt (an elementwise-add `Model` and its `lo
 and adds what this judge checks so a model is not surprised by its verdict. The other languages
 (sandbox/languages.py: Triton, CuTe DSL, TileLang) get the same prompt with the same elementwise add written
 in their style; each example was compiled for sm_90a with the pinned versions (pyproject's [languages] extra).
+
+`cpp` is the CPU's own language: C++ built with torch's cpp extension (`load_inline` with `cpp_sources` alone),
+which the judge builds and runs on a CPU device as it does CUDA C++ on a GPU (sandbox/languages.py counts it as
+the "cuda" language: C++ extensions built with torch.utils.cpp_extension; tests/corpus/cpu holds such kernels). Its
+prompt names the size the CPU judges (the task's `cpu_shape`), not get_inputs' GPU size.
 """
 
 from __future__ import annotations
@@ -77,6 +82,45 @@ class ModelNew(nn.Module):
 
     def forward(self, a, b):
         return self.elementwise_add.elementwise_add_cuda(a, b)
+'''
+
+
+EXAMPLE_CPP = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+elementwise_add_source = """
+torch::Tensor elementwise_add_cpu(torch::Tensor a, torch::Tensor b) {
+    auto a_c = a.contiguous();
+    auto b_c = b.contiguous();
+    auto out = torch::empty_like(a_c);
+    const float* pa = a_c.data_ptr<float>();
+    const float* pb = b_c.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    const int64_t size = a_c.numel();
+    for (int64_t i = 0; i < size; ++i) {
+        po[i] = pa[i] + pb[i];
+    }
+    return out;
+}
+"""
+
+elementwise_add = load_inline(
+    name="elementwise_add",
+    cpp_sources=elementwise_add_source,
+    functions=["elementwise_add_cpu"],
+    extra_cflags=["-O2"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.elementwise_add = elementwise_add
+
+    def forward(self, a, b):
+        return self.elementwise_add.elementwise_add_cpu(a, b)
 '''
 
 
@@ -170,14 +214,23 @@ class ModelNew(nn.Module):
         return kernel(a.contiguous().view(-1), b.contiguous().view(-1)).view_as(a)
 '''
 
-EXAMPLES = {"cuda": EXAMPLE_MODEL_NEW, "triton": EXAMPLE_TRITON, "cute": EXAMPLE_CUTE, "tilelang": EXAMPLE_TILELANG}
-"""The worked example per language (sandbox/languages.py ids): the same elementwise add in each."""
+EXAMPLES = {"cuda": EXAMPLE_MODEL_NEW, "cpp": EXAMPLE_CPP, "triton": EXAMPLE_TRITON, "cute": EXAMPLE_CUTE,
+            "tilelang": EXAMPLE_TILELANG}
+"""The worked example per prompt language (sandbox/languages.py ids, and `cpp`): the same elementwise add in each."""
 
-KERNELS = {"cuda": "custom CUDA kernels", "triton": "custom Triton kernels", "cute": "custom CuTe DSL kernels",
-           "tilelang": "custom TileLang kernels"}
+LANGUAGES = tuple(EXAMPLES)
+"""The languages a prompt can be asked for."""
+
+ON_CPU = ("cpp",)
+"""Prompt languages whose kernels run on the CPU: judged at the task's CPU size, timed on the CPU."""
+
+KERNELS = {"cuda": "custom CUDA kernels", "cpp": "custom C++ CPU kernels", "triton": "custom Triton kernels",
+           "cute": "custom CuTe DSL kernels", "tilelang": "custom TileLang kernels"}
 """How the instruction names the kernels it asks for."""
 
 HOW = {"cuda": "inline embedding custom CUDA operators in torch",
+       "cpp": "inline embedding custom C++ operators for the CPU in torch (load_inline with cpp_sources only, no "
+              "CUDA)",
        "triton": "writing custom Triton kernels (@triton.jit) called from torch",
        "cute": "writing custom CuTe DSL kernels (nvidia-cutlass-dsl: @cute.kernel, launched from a @cute.jit "
                "function compiled with cute.compile) called on torch tensors",
@@ -185,11 +238,27 @@ HOW = {"cuda": "inline embedding custom CUDA operators in torch",
                    "tensors"}
 
 
+def _own_kernels(language: str) -> str:
+    """What the judge requires of the candidate's own code, beyond CUDA C++ (KernelBench's prompt says nothing)."""
+    if language == "cuda":
+        return ""
+    if language == "cpp":
+        return "; the work must be done by C++ that the module builds itself with load_inline (cpp_sources, no CUDA)"
+    return f"; the kernels must be {BY_ID[language].name} that the module defines"
+
+
+def _where_timed(task: Task, language: str) -> str:
+    if language not in ON_CPU:
+        return "on the same GPU"
+    judged, official = (" x ".join(map(str, shape)) for shape in (task.cpu_shape, task.official_shape))
+    return f"on the same CPU, at the task's CPU size (inputs of shape {judged} instead of get_inputs' {official})"
+
+
 def generation_prompt(task: Task, language: str = "cuda") -> str:
-    """The prompt for `task` in `language` (an id of sandbox/languages.py; KeyError for another)."""
+    """The prompt for `task` in `language` (one of LANGUAGES; KeyError for another)."""
     kernels, example, how = KERNELS[language], EXAMPLES[language], HOW[language]
-    operators = "custom CUDA operators" if language == "cuda" else kernels  # KernelBench's words for CUDA
-    own = "" if language == "cuda" else f"; the kernels must be {BY_ID[language].name} that the module defines"
+    operators = {"cuda": "custom CUDA operators", "cpp": "custom C++ CPU operators"}.get(language, kernels)
+    example_model = EXAMPLE_MODEL.replace(".cuda()", "") if language in ON_CPU else EXAMPLE_MODEL
     forbidden = ", ".join(sorted(task.forbidden_aten_ops)) or "none"
     training = f"\n{task.training.statement}\n" if task.training else ""
     return f"""You write {kernels} to replace the pytorch operators in the given architecture to get speedups.
@@ -199,7 +268,7 @@ You have complete freedom to choose the set of operators you want to replace. Yo
 Here's an example to show you the syntax of {how}: The example given architecture is:
 
 ```
-{EXAMPLE_MODEL}```
+{example_model}```
 
 The example new arch with {kernels} looks like this:
 
@@ -212,7 +281,7 @@ You are given the following architecture:
 {task.problem_source.rstrip()}
 ```
 {training}
-How it is judged: the output must match an fp64 reference within atol={task.tolerance.atol:g}, rtol={task.tolerance.rtol:g} on several fresh random inputs (including inputs drawn from other distributions than get_inputs), with the exact output shape and dtype; the kernel must not call these operators: {forbidden}{own}; it is timed against PyTorch eager and torch.compile on the same GPU.
+How it is judged: the output must match an fp64 reference within atol={task.tolerance.atol:g}, rtol={task.tolerance.rtol:g} on several fresh random inputs (including inputs drawn from other distributions than get_inputs), with the exact output shape and dtype; the kernel must not call these operators: {forbidden}{_own_kernels(language)}; it is timed against PyTorch eager and torch.compile {_where_timed(task, language)}.
 
 Optimize the architecture named Model with {operators}! Name your optimized output architecture ModelNew. Output the new code in codeblocks. Please generate real code, NOT pseudocode, make sure the code compiles and is fully functional. Just output the new model code, no other text, and NO testing code!
 """

@@ -24,6 +24,11 @@ The rules, in the order they apply (each is a reason a verdict does or does not 
    five judgings of one kernel spreading 0.04-0.08%, wider than those intervals (about +-0.02%), so it would
    call differences that a rerun erases. The IQR (about +-0.2% there) is wider than run-to-run drift.
 
+"Best" means the same thing everywhere: the head of the board in its default view (every rule above, extra
+shape failures left out), so the home page's fastest kernel per GPU model (`summaries`), its record over time
+(`record_times`), GET /v1/leaderboard and `kernel-judge leaderboard` agree. `best` is that one function; the
+home page once took the best of every re-judging instead (rule 4 says why not).
+
 The database does step 1 (service/rankable.py keeps each task's rankable verdicts in memory, reading only
 the verdicts recorded since its last look); Python does steps 2-6 over them (a few milliseconds for
 thousands of codes) and builds response models only for the rows shown. Results are kept in a `Cache` per
@@ -207,6 +212,15 @@ def standings(snapshot: Snapshot, q: Query, ranked: bool) -> list[Standing]:
     return [(row, copies) for _, row, copies in sorted(newest, key=lambda b: b[1].device_name)]
 
 
+def best(snapshot: Snapshot, task: str, sort: Sort) -> dict[str, Rankable]:
+    """Per GPU model, the verdict at the head of the board sorted by `sort` in its default view: the first verdict
+    of its code (rule 4), ranked (rule 2), every extra shape passed (rule 3). The one rule for "best"."""
+    heads: dict[str, Rankable] = {}
+    for row, _ in standings(snapshot, Query(task=task, sort=sort), ranked=True):
+        heads.setdefault(row.device_name, row)  # standings are sorted per GPU model, best first
+    return heads
+
+
 def _interval(row, sort: str) -> tuple[float, float]:  # noqa: ANN001
     """The row's IQR expressed in the sort metric (a point when the verdict stored no IQR)."""
     value = getattr(row, sort)
@@ -289,8 +303,8 @@ def leaderboard(session: Session, q: Query, cache: Cache | None = None, version:
 class DeviceSummary(BaseModel):
     device_name: str
     correct: int = Field(description="Correct verdicts on this GPU model (all isolation mechanisms).")
-    best_speedup_eager: float | None = Field(description="Best ranked speedup vs eager.")
-    best_median_ms: float | None
+    best_speedup_eager: float | None = Field(description="Speedup vs eager of `best` by that metric.")
+    best_median_ms: float | None = Field(description="Median time of `best` by that metric.")
     baseline: DeviceBaseline | None = None
 
 
@@ -305,15 +319,13 @@ def summaries(session: Session, task: str, cache: Cache | None = None,
     snapshot = pool(session, task, cache, version)
 
     def compute() -> list[tuple[str, int, float | None, float | None]]:
-        per_device: dict[str, list[Rankable]] = {}
+        correct: dict[str, int] = {}
         for row in snapshot.rows:
-            per_device.setdefault(row.device_name, []).append(row)
-        out = []
-        for device, rows in sorted(per_device.items()):
-            ranked = [r for r in rows if r.ranked]
-            out.append((device, len(rows), max((r.speedup_eager for r in ranked if r.speedup_eager is not None),
-                                               default=None), min((r.median_ms for r in ranked), default=None)))
-        return out
+            correct[row.device_name] = correct.get(row.device_name, 0) + 1
+        fastest, shortest = best(snapshot, task, "speedup_eager"), best(snapshot, task, "median_ms")
+        return [(device, count, fastest[device].speedup_eager if device in fastest else None,
+                 shortest[device].median_ms if device in shortest else None)
+                for device, count in sorted(correct.items())]
 
     # Baselines come with any verdict (an incorrect one too): keyed on the whole table's version.
     base = cached(cache, ("baselines", task), version if version is not None else Cache.version(session),
@@ -328,9 +340,10 @@ def speedups(rows: Iterable[Rankable], device: str) -> list[float]:
     return [r.speedup_eager for r in rows if r.device_name == device and (r.speedup_eager or 0) > 0]
 
 
-def record_times(rows: Iterable[Rankable], device: str) -> list[tuple[dt.datetime, float]]:
-    """The best ranked time over time: each (submitted_at, median_ms) that beat every earlier one."""
-    timeline = sorted((r for r in rows if r.device_name == device and r.ranked),
+def record_times(snapshot: Snapshot, device: str) -> list[tuple[dt.datetime, float]]:
+    """The best time over time: each (submitted_at, median_ms) that beat every earlier one, among the verdicts
+    `best` chooses from (a code's first verdict, ranked, every extra shape passed)."""
+    timeline = sorted((r for r, _ in snapshot.firsts[(True, True)].values() if r.device_name == device),
                       key=lambda r: (r.created_at, r.submission_id))
     records, best = [], None
     for row in timeline:

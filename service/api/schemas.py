@@ -300,6 +300,11 @@ class TaskSummary(BaseModel):
     title: str
     kernelbench_id: str
     official_shape: list[int]
+    judged_shape: list[int] = Field(description=(
+        "The input size judged on this host: the official shape where its worker judges on a GPU, the task's CPU "
+        "size (shapes.cpu) where it judges on the CPU (JUDGE_DEVICES=cpu, or no GPU visible)."))
+    judged_device: Literal["cuda", "cpu"] = Field(description="The device type this host judges on, which decides "
+                                                              "judged_shape.")
     variant: str = Field("forward", description="\"forward\" (the loss) or \"training\" (loss and its gradient).")
     forward_task: str | None = Field(None, description="For a training variant: the forward task it extends.")
     languages: list[str] = Field(default_factory=list, description=(

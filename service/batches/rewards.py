@@ -19,10 +19,15 @@ Terms follow published kernel RL work:
   failure, not merely equal to it.
 
 The speedup is the judge's measured baseline / candidate time on the same card (sandbox.verdict.Performance),
-capped at `speedup_cap` so one outlier cannot dominate a group's advantage. A correct verdict without a
-timing (the compile-only load-test judge) gets no speedup term. A `system_error` is the judge's failure, not
-the policy's: its reward is `system_error` (null by default: drop the sample). A completion still unjudged at
-the deadline gets `unfinished` (null by default).
+capped at `speedup_cap` so one outlier cannot dominate a group's advantage. Its term is floored at 0 under
+every transform (`log` is max(0, ln s)): a slow correct kernel then still scores at least format + compile +
+correct, and so never below an incorrect kernel (format + compile at most) or an answer with no code. Left
+unfloored, ln 0.5 = -0.69 would put a correct kernel at 0.5x (0.1 + 0.3 - 0.69) below an answer with no code
+(0.0), and a trainer would learn to write nothing. The parameters are bounded for the same order: `format`,
+`compile`, `correct` and `speedup_weight` are not negative, `no_format`, `hack_penalty` and `refused` not positive.
+A correct verdict without a timing (the compile-only load-test judge) gets no speedup term. A `system_error`
+is the judge's failure, not the policy's: its reward is `system_error` (null by default: drop the sample).
+A completion still unjudged at the deadline gets `unfinished` (null by default).
 """
 
 from __future__ import annotations
@@ -57,22 +62,30 @@ class RewardParams(BaseModel):
     # NaN or an infinity would make every reward (and the JSON answer) meaningless.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    format: float = Field(default=0.0, description="Added when a candidate module was found.")
-    compile: float = Field(default=0.1, description="Added when the candidate compiled (TritonForge: 0.1).")
-    correct: float = Field(default=0.3, description="Added when correct (Kevin-32B: 0.3).")
-    speedup_weight: float = Field(default=1.0, description="Weight of the speedup term (correct kernels only).")
+    # The bounds keep a correct kernel's reward (format + compile + correct + a speedup term >= 0) at or above an
+    # incorrect kernel's (format + compile, or format alone), a hack's, a refused item's and no code's (<= 0):
+    # the order the reward exists to teach. They are per field, so the OpenAPI schema states them.
+    format: float = Field(default=0.0, ge=0, description="Added when a candidate module was found (not negative).")
+    compile: float = Field(default=0.1, ge=0,
+                           description="Added when the candidate compiled (TritonForge: 0.1; not negative).")
+    correct: float = Field(default=0.3, ge=0, description="Added when correct (Kevin-32B: 0.3; not negative).")
+    speedup_weight: float = Field(default=1.0, ge=0,
+                                  description="Weight of the speedup term (correct kernels only; not negative).")
     speedup_baseline: Literal["eager", "compile"] = Field(default="eager",
                                                           description="Speedup over eager PyTorch or torch.compile.")
     speedup_transform: Literal["linear", "log", "excess"] = Field(
-        default="linear", description="linear: s (Kevin-32B); log: ln s (0 at parity, negative when slower); "
-                                      "excess: max(0, s - 1) (TritonForge).")
+        default="linear", description="linear: s (Kevin-32B); log: max(0, ln s) (0 at parity and below); "
+                                      "excess: max(0, s - 1) (TritonForge). Never negative, so a correct kernel "
+                                      "never scores below an incorrect one or no code.")
     speedup_cap: float = Field(default=10.0, gt=0, description="s is clipped to [0, cap] before the transform.")
-    hack_penalty: float = Field(default=-1.0, description="The whole reward of a policy_violation or tamper_detected.")
-    no_format: float = Field(default=0.0, description="The whole reward when no candidate module was found.")
+    hack_penalty: float = Field(default=-1.0, le=0, description="The whole reward of a policy_violation or "
+                                                               "tamper_detected (not positive).")
+    no_format: float = Field(default=0.0, le=0,
+                             description="The whole reward when no candidate module was found (not positive).")
     unfinished: float | None = Field(default=None, description="Reward of a completion unjudged at the deadline.")
     system_error: float | None = Field(default=None, description="Reward when the judge itself failed.")
-    refused: float = Field(default=0.0, description="Reward of an item the service refused (empty, too large, "
-                                                    "unknown task).")
+    refused: float = Field(default=0.0, le=0, description="Reward of an item the service refused (empty, too large, "
+                                                          "unknown task; not positive).")
 
 
 @dataclass(frozen=True)
@@ -86,7 +99,7 @@ def _speedup_term(speedup: float | None, params: RewardParams) -> float:
         return 0.0
     s = min(speedup, params.speedup_cap)
     if params.speedup_transform == "log":
-        return math.log(s)
+        return max(0.0, math.log(s))
     if params.speedup_transform == "excess":
         return max(0.0, s - 1.0)
     return s
@@ -103,8 +116,9 @@ def reward(summary: VerdictSummary, params: RewardParams | None = None) -> Rewar
         return Reward(params.hack_penalty, {"hack": params.hack_penalty})
     if not summary.format_ok:
         return Reward(params.no_format, {"format": params.no_format})
-    terms = {"format": params.format, "compile": params.compile if summary.compiled else 0.0}
     correct = summary.status is Status.CORRECT
+    # A correct verdict ran, so it compiled: the order the parameter bounds keep rests on it.
+    terms = {"format": params.format, "compile": params.compile if summary.compiled or correct else 0.0}
     terms["correct"] = params.correct if correct else 0.0
     speedup = summary.speedup_eager if params.speedup_baseline == "eager" else summary.speedup_compile
     terms["speedup"] = params.speedup_weight * _speedup_term(speedup, params) if correct else 0.0

@@ -28,10 +28,14 @@ from service.generation import (
 
 def generate(task: Annotated[str, typer.Option(help="Task id, e.g. kl_div.")],
              model: Annotated[str, typer.Option(envvar="JUDGE_GEN_MODEL", help="Model name sent to the endpoint.")],
+             language: Annotated[str, typer.Option(
+                 help="The prompt's kernel language: cuda, triton, cute or tilelang (GPU), or cpp (C++ for the "
+                      "CPU).")] = "cuda",
              samples: Annotated[int, typer.Option(min=1, help="Samples (conversations) to draw.")] = 1,
              turns: Annotated[int, typer.Option(min=0, help="Refinement turns after the first.")] = 0,
              base_url: Annotated[str, typer.Option(envvar="OPENAI_BASE_URL",
-                                                   help="Chat-completions base URL, e.g. http://localhost:8001/v1."
+                                                   help="Chat-completions base URL, e.g. "
+                                                        "http://127.0.0.1:8100/v1 (`fake-model`'s)."
                                                    )] = "https://api.openai.com/v1",
              api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", show_default=False,
                                                          help="Key for the model endpoint.")] = None,
@@ -47,9 +51,9 @@ def generate(task: Annotated[str, typer.Option(help="Task id, e.g. kl_div.")],
              url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
     """Prompt a model with the task, judge its samples as a batch, and feed each failure's diagnosis back
     for up to --turns refinement turns. Every turn is stored, linked to the turn it refines."""
-    config = GenerationConfig(task=task, model=model, samples=samples, turns=turns, temperature=temperature,
-                              max_tokens=max_tokens, top_p=top_p, name=name, concurrency=concurrency, poll_s=poll,
-                              profile=profile)
+    config = GenerationConfig(task=task, model=model, language=language, samples=samples, turns=turns,
+                              temperature=temperature, max_tokens=max_tokens, top_p=top_p, name=name,
+                              concurrency=concurrency, poll_s=poll, profile=profile)
     chat = ChatClient(base_url=base_url, api_key=api_key)
 
     def on_turn(summary: TurnSummary) -> None:

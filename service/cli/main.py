@@ -1,11 +1,12 @@
 """`kernel-judge`: run the judge (serve, worker, migrate, keys) and use it (submit, batch, generate, ...).
 
-    kernel-judge serve                          API + one local worker, SQLite under ./data (one machine)
+    kernel-judge serve                          API + one local worker, SQLite in ~/.local/share/kernel-judge
     kernel-judge worker                         a standalone worker for DATABASE_URL (any machine, any GPUs)
     kernel-judge submit kernel.py --task kl_div --wait
     kernel-judge profile ID                     its Nsight Compute profile, when sent with --profile
-    kernel-judge batch samples.jsonl --watch    a live progress bar, then the metrics table
+    kernel-judge batch examples/samples.jsonl --watch    a live progress bar, then the metrics table
     kernel-judge generate --task kl_div --model M --samples 8 --turns 2
+    kernel-judge fake-model --port 8100         a stand-in model server for generate (no LLM needed)
 
 The client commands read JUDGE_URL (default http://127.0.0.1:8000) and JUDGE_API_KEY, or --url/--key.
 `python -m service.cli.main ...` is the same program.
@@ -17,6 +18,7 @@ import typer
 
 from service.cli import batches, exitcodes, interop, judging, ops, submissions
 from service.cli import generate as generate_cmd
+from service.cli.fake_model import fake_model
 from service.cli.options import err
 from service.client import JudgeError
 
@@ -52,6 +54,7 @@ app.command(rich_help_panel=RESEARCH)(batches.batch)
 app.command(rich_help_panel=RESEARCH)(batches.results)
 app.command(rich_help_panel=RESEARCH)(batches.cancel)
 app.command(rich_help_panel=RESEARCH)(generate_cmd.generate)
+app.command("fake-model", rich_help_panel=RESEARCH)(fake_model)
 app.command("import-kernelbench", rich_help_panel=RESEARCH)(interop.import_kernelbench)
 app.command("export-kernelbench", rich_help_panel=RESEARCH)(interop.export_kernelbench)
 

@@ -10,12 +10,15 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from service.cli.exitcodes import ExitCode
 from service.core.config import JudgeMode, Settings
+
+if TYPE_CHECKING:
+    from service.db.session import Database
 
 Devices = Annotated[str | None, typer.Option(help="e.g. cuda:0,cuda:1 or cpu (default: JUDGE_DEVICES, auto).")]
 CompileWorkers = Annotated[int | None, typer.Option(help="Parallel compilations (JUDGE_COMPILE_WORKERS).")]
@@ -35,6 +38,13 @@ def _prepare_db(settings: Settings) -> None:
     if settings.db_url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.db_url)
+
+
+def _shown(settings: Settings) -> str:
+    """The database URL as it may be printed: the URL may carry a password (DATABASE_URL on a shared host)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(settings.db_url).render_as_string(hide_password=True)
 
 
 def _logging() -> None:
@@ -66,13 +76,16 @@ def serve(host: Annotated[str, typer.Option(help="Interface to listen on.")] = "
           port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
           no_worker: Annotated[bool, typer.Option("--no-worker", help="API only (workers run elsewhere).")] = False,
           ) -> None:
-    """Run the API and one local worker (SQLite under ./data unless DATABASE_URL is set)."""
+    """Run the API and one local worker (SQLite under JUDGE_DATA_DIR, default ~/.local/share/kernel-judge, unless
+    DATABASE_URL is set)."""
     import uvicorn
 
     settings = _settings()
     if not no_worker:
         _require_isolation(settings)  # before anything listens: the user sees why in this terminal
     _prepare_db(settings)
+    # Said at start so that a user minting keys with `keys create` can see it writes the same database.
+    typer.echo(f"database: {_shown(settings)}", err=True)
     worker = None
     if not no_worker:
         # JUDGE_PARENT_PID: the worker exits when this process dies, even by SIGKILL, so no orphan is left.
@@ -120,10 +133,7 @@ def migrate() -> None:
     """Bring the database schema to the latest version."""
     settings = Settings()
     _prepare_db(settings)
-    from sqlalchemy.engine import make_url
-
-    # The URL may carry a password (DATABASE_URL on a shared host): never print it.
-    typer.echo(f"database at the latest schema: {make_url(settings.db_url).render_as_string(hide_password=True)}")
+    typer.echo(f"database at the latest schema: {_shown(settings)}")
 
 
 def maintain(max_bytes: Annotated[int | None, typer.Option(
@@ -145,13 +155,14 @@ def maintain(max_bytes: Annotated[int | None, typer.Option(
     typer.echo(json.dumps(report, indent=2, default=str))
 
 
-keys = typer.Typer(help="Manage API keys directly in the database (DATABASE_URL).", no_args_is_help=True)
+keys = typer.Typer(help="Manage API keys directly in the database `serve` uses (DATABASE_URL, else the SQLite file "
+                        "under JUDGE_DATA_DIR, default ~/.local/share/kernel-judge), from any directory.",
+                   no_args_is_help=True)
 
 
-def _db():
+def _db(settings: Settings) -> "Database":
     from service.db.session import Database
 
-    settings = Settings()
     _prepare_db(settings)
     return Database(settings.db_url)
 
@@ -163,9 +174,12 @@ def keys_create(submitter: Annotated[str, typer.Argument(help="Name shown on lea
     """Mint a key for a submitter; the key is printed once and never stored."""
     from service import crud
 
-    with _db().transaction() as session:
+    settings = Settings()
+    with _db(settings).transaction() as session:
         row, key = crud.create_key(session, submitter)
         ident, name = row.id, row.submitter
+    # stdout carries the key alone (`export JUDGE_API_KEY=$(kernel-judge keys create alice)`); where it went, stderr.
+    typer.echo(f"key for {name} written to {_shown(settings)}", err=True)
     typer.echo(json.dumps({"id": ident, "submitter": name, "key": key}) if as_json else key)
 
 
@@ -174,7 +188,7 @@ def keys_list() -> None:
     """List keys (prefix, submitter, state)."""
     from service import crud
 
-    with _db().transaction(read_only=True) as session:
+    with _db(Settings()).transaction(read_only=True) as session:
         rows = [(r.id, r.prefix, r.submitter, r.revoked_at) for r in crud.list_keys(session)]
     for ident, prefix, submitter, revoked_at in rows:
         state = f"revoked {revoked_at:%Y-%m-%d}" if revoked_at else "active"
@@ -186,7 +200,7 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(metavar="ID", help="The ke
     """Revoke a key by id."""
     from service import crud
 
-    with _db().transaction() as session:
+    with _db(Settings()).transaction() as session:
         row = crud.revoke_key(session, key_id)
         found = None if row is None else (row.id, row.submitter)
     if found is None:

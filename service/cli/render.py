@@ -204,10 +204,14 @@ def leaderboard_table(board: models.Leaderboard) -> Group:
 
 def tasks_table(tasks: list[models.TaskSummary]) -> Table:
     table = Table(title="tasks")
-    for name in ("id", "KernelBench", "title", "official shape"):
+    for name in ("id", "KernelBench", "title", "official shape", "judged here"):
         table.add_column(name)
     for t in tasks:
-        table.add_row(t.id, t.kernelbench_id, t.title, " x ".join(map(str, t.official_shape)))
+        judged = "-" if t.judged_shape is None else f"{' x '.join(map(str, t.judged_shape))} ({t.judged_device})"
+        table.add_row(t.id, t.kernelbench_id, t.title, " x ".join(map(str, t.official_shape)), judged)
+    if tasks and tasks[0].judged_device == "cpu":
+        table.caption = ("judged on this host's CPU at the tasks' CPU size; `prompt TASK --language cpp` asks for "
+                         "C++ the CPU runs")
     return table
 
 

@@ -100,7 +100,8 @@ def tasks(url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> Non
 
 
 def prompt(task: Annotated[str, typer.Argument(help="Task id.")],
-           language: Annotated[str, typer.Option(help="The kernel language: cuda, triton, cute or tilelang.")] = "cuda",
+           language: Annotated[str, typer.Option(
+               help="The kernel language: cuda, triton, cute or tilelang (GPU), or cpp (C++ for the CPU).")] = "cuda",
            url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
     """Print the KernelBench-style generation prompt of a task (what an LLM is shown), for one kernel language."""
     with client(url, key) as judge:

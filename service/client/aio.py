@@ -86,7 +86,7 @@ class AsyncJudgeClient:
     async def submission(self, submission_id: str) -> models.Submission:
         return await self._call(calls.submission(submission_id))
 
-    async def submissions(self, **filters: Any) -> list[models.Submission]:
+    async def submissions(self, **filters: Any) -> list[models.SubmissionSummary]:
         return await self._call(calls.submissions(**filters))
 
     async def source(self, submission_id: str) -> str:

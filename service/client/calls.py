@@ -145,7 +145,7 @@ def submission(submission_id: str) -> Call:
 
 def submissions(**filters: Any) -> Call:
     params = {k: v for k, v in filters.items() if v is not None}
-    return Call("GET", "/v1/submissions", lambda r: _items(r, models.Submission), params=params)
+    return Call("GET", "/v1/submissions", lambda r: _items(r, models.SubmissionSummary), params=params)
 
 
 def _items(response: httpx.Response, cls: type[models.BaseModel]) -> list:
@@ -159,7 +159,9 @@ def profile(submission_id: str) -> Call:
 
 
 def source(submission_id: str) -> Call:
-    return Call("GET", f"/v1/submissions/{submission_id}/source", lambda r: r.text)
+    """The text exactly as submitted: the route answers JSON unless Accept prefers text/plain."""
+    return Call("GET", f"/v1/submissions/{submission_id}/source", lambda r: r.text,
+                headers={"accept": "text/plain"})
 
 
 def tasks() -> Call:

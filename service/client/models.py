@@ -113,11 +113,35 @@ class Submission(_View):
         return self.status == "done"
 
 
+class SubmissionSummary(_View):
+    """One line of GET /v1/submissions: the verdict's status alone (`submission(id)` has the whole verdict)."""
+
+    id: str
+    task: str
+    model: str | None = None
+    sample_index: int | None = None
+    tags: list[str] = Field(default_factory=list)
+    status: str = Field(description="queued, compiling, running or done")
+    stage: str
+    verdict: str | None = None
+    """The verdict's status once done (correct, incorrect, ...)."""
+    median_ms: float | None = None
+    created_at: dt.datetime | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+
 class TaskSummary(_View):
     id: str
     title: str
     kernelbench_id: str
     official_shape: list[int]
+    judged_shape: list[int] | None = None
+    """The input size judged on the service's host: official on a GPU, the task's CPU size on the CPU."""
+    judged_device: str | None = None
+    """"cuda" or "cpu": the device type the service's host judges on."""
     variant: str = "forward"
     """"forward" (the loss) or "training" (the loss and its gradient, `forward_task` extended)."""
     forward_task: str | None = None

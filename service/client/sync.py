@@ -121,7 +121,7 @@ class JudgeClient:
     def submission(self, submission_id: str) -> models.Submission:
         return self._call(calls.submission(submission_id))
 
-    def submissions(self, **filters: Any) -> list[models.Submission]:
+    def submissions(self, **filters: Any) -> list[models.SubmissionSummary]:
         """Your submissions, filtered as the server allows (task, model, status, batch, ...)."""
         return self._call(calls.submissions(**filters))
 

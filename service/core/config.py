@@ -26,13 +26,20 @@ class JudgeMode(str, enum.Enum):
     synthetic `correct` verdict *without running the candidate* (no performance, never ranked)."""
 
 
+def default_data_dir() -> Path:
+    """The user's data directory for kernel-judge (XDG: `$XDG_DATA_HOME`, else ~/.local/share). It is the same
+    whatever directory a command runs in, so `keys create` run anywhere writes the database `serve` reads."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "kernel-judge"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JUDGE_", extra="ignore")
 
     database_url: str | None = Field(default=None, validation_alias=AliasChoices("DATABASE_URL", "JUDGE_DATABASE_URL"))
     """SQLAlchemy URL. Unset: a SQLite file at data_dir/judge.db (WAL mode)."""
-    data_dir: Path = Path("data")
-    """Where the default SQLite database lives."""
+    data_dir: Path = Field(default_factory=default_data_dir)
+    """Where the default SQLite database lives (a relative JUDGE_DATA_DIR is taken from the current directory)."""
     admin_key: str | None = None
     """Bearer token allowed to mint, list and revoke API keys over HTTP. Unset: admin routes answer 403."""
 

@@ -26,6 +26,8 @@ from service.generation.feedback import feedback_message, speedup_message
 class GenerationConfig:
     task: str
     model: str
+    language: str = "cuda"
+    """The prompt's kernel language (service/prompts.py): `cpp` on a host without a GPU."""
     samples: int = 1
     turns: int = 0
     """Refinement turns after the first: 0 is plain best-of-N."""
@@ -100,7 +102,7 @@ def run_generation(config: GenerationConfig, judge: JudgeClient, chat: ChatClien
                    on_turn: Callable[[TurnSummary], None] | None = None,
                    on_batch: Callable[[models.Batch], None] | None = None) -> GenerationReport:
     """Run the loop; `on_turn` sees each turn's summary, `on_batch` every poll of the batch being judged."""
-    prompt = judge.prompt(config.task)
+    prompt = judge.prompt(config.task, config.language)
     conversations = [Conversation(i, [{"role": "user", "content": prompt}]) for i in range(config.samples)]
     report = GenerationReport(config, conversations, [])
     active = conversations

@@ -91,7 +91,7 @@ def leaderboard(
 
     def device_figures(device: str) -> tuple:
         return (plots.speedup_histogram(ranking.speedups(rankable.rows, device)),
-                ranking.record_times(rankable.rows, device))
+                ranking.record_times(rankable, device))
 
     # What each board's numbers were measured at, from the verdicts of the entries it shows.
     shown = [e.submission_id for d in board.devices for e in (*d.entries, *d.unranked)]

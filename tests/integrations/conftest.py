@@ -157,8 +157,8 @@ def dead_judge(judge_root: Path, tmp_path: Path) -> Iterator[Judge]:
         api.close()
 
 
-def doc_block(section: str, language: str) -> str:
-    """The first `language` code block under `## {section}` in docs/integrations.md: the text a user copies."""
-    text = (ROOT / "docs" / "integrations.md").read_text()
+def doc_block(section: str, language: str, page: str = "docs/integrations.md") -> str:
+    """The first `language` code block under `## {section}` of `page`: the text a user copies."""
+    text = (ROOT / page).read_text()
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     return body.split(f"```{language}\n", 1)[1].split("```", 1)[0]

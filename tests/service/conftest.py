@@ -88,10 +88,10 @@ def auth(api_key: str) -> dict[str, str]:
 class Proc:
     """A child process in its own session, so kill -9 takes its sandbox children with it."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT) -> None:
         self.log = log
         self._out = open(log, "wb")
-        self.popen = subprocess.Popen(argv, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT,
+        self.popen = subprocess.Popen(argv, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=cwd,
                                       start_new_session=True)
 
     @property

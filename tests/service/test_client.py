@@ -65,14 +65,31 @@ def test_publish_makes_a_source_readable_by_anyone_and_private_again(client, db)
         private = judge.submit("kl_div", source)
         public = judge.submit("kl_div", source + "# second\n", public=True)
         assert not judge.submission(private.id).source_public and judge.submission(public.id).source_public
-        assert "publish-marker" in anonymous.source(public.id)
+        assert anonymous.source(public.id) == source + "# second\n"
         with pytest.raises(AuthError):
             anonymous.source(private.id)
         assert judge.publish(private.id).source_public
-        assert "publish-marker" in anonymous.source(private.id)
+        assert anonymous.source(private.id) == source
         assert not judge.publish(private.id, public=False).source_public
         with pytest.raises(AuthError):
             anonymous.source(private.id)
+
+
+def test_listing_your_submissions_reads_lines_with_a_verdict(client, db):
+    from sandbox.verdict import Status, Verdict
+    from service.queue import claims as q
+
+    with _judge(client, new_key(db, "ivy")) as judge:
+        judged = judge.submit("kl_div", "import torch\nclass ModelNew(torch.nn.Module): pass  # judged\n", model="m")
+        (claim,) = q.claim(db, "w", 1, 60)
+        verdict = Verdict(status=Status.INCORRECT, diagnosis="off", task="kl_div", device="cpu",
+                          judged_sha256=claim.text_sha256)
+        assert q.finish(db, claim.token, verdict, "w", q.RetryPolicy()) == "verdict"
+        waiting = judge.submit("cross_entropy", "import torch\nclass ModelNew(torch.nn.Module): pass\n")
+        lines = {line.id: line for line in judge.submissions()}
+        assert lines[judged.id].done and lines[judged.id].verdict == "incorrect" and lines[judged.id].model == "m"
+        assert not lines[waiting.id].done and lines[waiting.id].verdict is None
+        assert [line.id for line in judge.submissions(task="cross_entropy")] == [waiting.id]
 
 
 def test_429_is_retried_as_retry_after_says_then_raised(db_url, db):
@@ -109,6 +126,24 @@ def test_async_client_against_the_app(settings, db):
     assert {t.id for t in tasks} == {"kl_div", "cross_entropy", "kl_div_train", "cross_entropy_train"}
     assert view.sample_index == 3 and view.task == "cross_entropy"
     assert missing.status_code == 404
+
+
+def test_source_as_the_readme_calls_it_returns_the_text_against_a_real_server(live_api, db, monkeypatch):
+    # README: `JUDGE_URL` and `JUDGE_API_KEY` exported, then `JudgeClient().source(id)` gives the source back.
+    _, base = live_api()
+    monkeypatch.setenv("JUDGE_URL", base)
+    monkeypatch.setenv("JUDGE_API_KEY", new_key(db, "ines"))
+    completion = "Here is my kernel:\n```python\nimport torch\nclass ModelNew(torch.nn.Module): pass\n```\n"
+    with JudgeClient() as judge:
+        accepted = judge.submit("kl_div", completion)
+        text = judge.source(accepted.id)
+    assert text == completion  # the text itself, not the JSON wrapper around it
+
+    async def async_twin() -> str:
+        async with AsyncJudgeClient() as judge:
+            return await judge.source(accepted.id)
+
+    assert asyncio.run(async_twin()) == completion
 
 
 @pytest.mark.slow  # the real CLI in a subprocess

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 
+import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from sandbox.verdict import Status
@@ -41,9 +44,9 @@ def test_default_reward_is_kevin_style_with_a_compile_term_and_a_hack_penalty():
 def test_reward_parameters_change_the_formula():
     p = RewardParams(format=0.05, compile=0.0, correct=1.0, speedup_transform="log", speedup_baseline="compile",
                      speedup_weight=0.5, unfinished=-0.1, system_error=0.0, hack_penalty=-2.0)
-    # log of the compile speedup, weighted: 0.5 * ln(0.5) < 0: a slower-than-compile kernel loses some reward
-    r = reward(summary(S.CORRECT, eager=3.0, compile_=0.5), p)
-    assert r.value == pytest.approx(0.05 + 1.0 + 0.5 * math.log(0.5))
+    # log of the compile speedup, weighted, floored at 0: a slower-than-compile kernel keeps format + correct
+    assert reward(summary(S.CORRECT, eager=3.0, compile_=0.5), p).value == pytest.approx(0.05 + 1.0)
+    assert reward(summary(S.CORRECT, eager=0.5, compile_=3.0), p).value == pytest.approx(0.05 + 1.0 + 0.5 * math.log(3))
     assert reward(summary(None), p).value == -0.1 and reward(summary(S.SYSTEM_ERROR), p).value == 0.0
     assert reward(summary(S.TAMPER_DETECTED), p).value == -2.0
     excess = RewardParams(speedup_transform="excess", speedup_cap=2.0)  # TritonForge: speedup - 1 above 1x, capped
@@ -51,6 +54,72 @@ def test_reward_parameters_change_the_formula():
     assert reward(summary(S.CORRECT, eager=5.0), excess).terms["speedup"] == pytest.approx(1.0)
     with pytest.raises(ValueError):
         RewardParams(speedup_transform="square")
+
+
+TRANSFORMS = ("linear", "log", "excess")
+BASELINES = ("eager", "compile")
+SPEEDUPS = st.one_of(st.none(), st.just(math.nan), st.just(math.inf), st.just(0.0),
+                     st.floats(min_value=1e-6, max_value=1e6, allow_nan=False))
+NOT_NEGATIVE = ("format", "compile", "correct", "speedup_weight")
+NOT_POSITIVE = ("no_format", "hack_penalty", "refused")
+WEIGHTS = st.fixed_dictionaries({**{k: st.floats(min_value=0.0, max_value=5.0) for k in NOT_NEGATIVE},
+                                 **{k: st.floats(min_value=-5.0, max_value=0.0) for k in NOT_POSITIVE}})
+
+
+def _honest_failures_and_worse(p: RewardParams) -> dict[str, float]:
+    """Every outcome a correct kernel must not score below, as the reward function gives it."""
+    return {"incorrect, compiled": reward(summary(S.INCORRECT, eager=9.0, compile_=9.0), p).value,
+            "runtime error": reward(summary(S.RUNTIME_ERROR, eager=9.0), p).value,
+            "compile error": reward(summary(S.COMPILE_ERROR, compiled=False), p).value,
+            "no code": reward(summary(S.COMPILE_ERROR, fmt=False, compiled=False), p).value,
+            "policy violation": reward(summary(S.POLICY_VIOLATION, eager=9.0), p).value,
+            "tamper detected": reward(summary(S.TAMPER_DETECTED, eager=9.0), p).value,
+            "refused": p.refused}
+
+
+@settings(max_examples=400, deadline=None)
+@given(transform=st.sampled_from(TRANSFORMS), baseline=st.sampled_from(BASELINES),
+       cap=st.floats(min_value=1e-3, max_value=1e4), eager=SPEEDUPS, compile_=SPEEDUPS, weights=WEIGHTS)
+def test_a_correct_kernel_never_scores_below_a_failure_under_any_accepted_setting(transform, baseline, cap, eager,
+                                                                                   compile_, weights):
+    p = RewardParams(speedup_transform=transform, speedup_baseline=baseline, speedup_cap=cap, **weights)
+    correct = reward(summary(S.CORRECT, eager=eager, compile_=compile_), p).value
+    for what, value in _honest_failures_and_worse(p).items():
+        assert correct >= value, (what, correct, value, p)
+
+
+@settings(max_examples=200, deadline=None)
+@given(weights=WEIGHTS, wrong=st.sets(st.sampled_from(NOT_NEGATIVE + NOT_POSITIVE), min_size=1),
+       by=st.floats(min_value=1e-6, max_value=10.0))
+def test_every_setting_outside_the_bounds_is_refused_by_name(weights, wrong, by):
+    # Every other setting is accepted (the property above runs on them): the bounds are exactly what is refused.
+    out = {k: (-by if k in NOT_NEGATIVE else by) if k in wrong else v for k, v in weights.items()}
+    with pytest.raises(pydantic.ValidationError) as refused:
+        RewardParams(**out)
+    assert {e["loc"][0] for e in refused.value.errors()} == wrong
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("baseline", BASELINES)
+def test_every_documented_transform_keeps_a_slow_correct_kernel_above_every_failure(transform, baseline):
+    # The documented settings with their defaults (0.3 for correct): a correct kernel is strictly above, at any speed.
+    p = RewardParams(speedup_transform=transform, speedup_baseline=baseline)
+    failures = _honest_failures_and_worse(p)
+    for speedup in (1e-4, 0.01, 0.1, 0.5, 0.9, 1.0, 1.5, 3.0, 100.0):
+        correct = reward(summary(S.CORRECT, eager=speedup, compile_=speedup), p)
+        assert correct.terms["speedup"] >= 0.0
+        assert correct.value > max(failures.values()), (speedup, correct, failures)
+    # The issue's case: log at 0.5x was 0.1 + 0.3 + ln 0.5 = -0.29, below no code (0.0).
+    if transform == "log":
+        assert reward(summary(S.CORRECT, eager=0.5, compile_=0.5), p).value == pytest.approx(0.4)
+
+
+def test_settings_that_would_rank_a_failure_above_a_correct_kernel_are_a_422_that_says_why(client, auth):
+    body = {"task": "kl_div", "deadline_s": 0.5, "completions": ["no code"]}
+    for bad, named in (({"correct": -0.2}, "correct"), ({"no_format": 1.0}, "no_format"),
+                       ({"hack_penalty": 0.5}, "hack_penalty"), ({"speedup_weight": -1.0}, "speedup_weight")):
+        r = client.post("/v1/rewards", json={**body, "reward": bad}, headers=auth)
+        assert r.status_code == 422 and named in r.text, (bad, r.text)
 
 
 def test_the_deadline_is_honoured_and_refused_items_still_get_a_reward(client, auth, db):

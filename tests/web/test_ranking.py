@@ -107,3 +107,47 @@ def test_a_smaller_id_committed_late_is_not_missed(client, seeder, db):
     entries = board(client)["entries"]
     assert entries[0]["submission_id"] == late and len(entries) == 3
     assert pool.version == (3, 100) and pool.full_reads == 2
+
+
+def test_home_board_api_and_cli_agree_on_best(client, seeder, monkeypatch):
+    """One rule for "best" (service/ranking.py `best`): each code's first verdict, every extra shape passed.
+    The fixture is one where the home page's old rule (the best of every re-judging) picks another kernel."""
+    from typer.testing import CliRunner
+
+    from service import ranking
+    from service.cli import submissions
+    from service.cli.main import app
+    from service.client import JudgeClient
+    from tests.service.conftest import InProcessTransport
+
+    seeder.add("ann", "m", "KERNEL A", 1.0)  # first verdict of A: 3.90x
+    seeder.add("bob", "m", "KERNEL A", 0.5)  # A again, a luckier draw: 7.80x under "best of every re-judging"
+    head = seeder.add("cat", "m", "KERNEL B", 0.8)  # 4.88x: the board's head
+    seeder.add("dan", "m", "KERNEL C", 0.6, extra=(2, 3))  # faster, but fails an extra shape
+    device = "NVIDIA H100 80GB HBM3"
+
+    api = board(client)
+    assert api["entries"][0]["submission_id"] == head and api["entries"][0]["speedup_eager"] == 3.9 / 0.8
+    assert board(client, sort="median_ms")["entries"][0]["median_ms"] == 0.8
+
+    home = client.get("/").text
+    row = home[home.index(f'<tr data-device="{device}">'):]
+    row = row[:row.index("</tr>")]
+    assert "4.88×" in row and "0.8000" in row, row
+    assert "7.80×" not in row and "0.5000" not in row and "6.50×" not in row
+
+    page = client.get("/leaderboard/kl_div").text
+    ranked = page[page.index('<table class="ranking">'):]
+    assert ranked.index(head) < min(ranked.index(s) for s in (api["entries"][1]["submission_id"],))
+    assert 'id="best"' in page and "first verdict" in page
+    pool = client.app.state.ranking_cache.pools.get("kl_div").snapshot
+    assert ranking.best(pool, "kl_div", "speedup_eager")[device].submission_id == head
+    assert [ms for _, ms in ranking.record_times(pool, device)] == [1.0, 0.8]  # not 0.5 (a re-judging), not 0.6
+
+    monkeypatch.setattr(submissions, "client", lambda url, key: JudgeClient("http://testserver", "",
+                                                                            transport=InProcessTransport(client)))
+    monkeypatch.setenv("COLUMNS", "200")
+    shown = CliRunner().invoke(app, ["leaderboard", "kl_div"])
+    assert shown.exit_code == 0, shown.output
+    first_row = next(line for line in shown.output.splitlines() if line.strip().startswith("│ 1 "))
+    assert "cat" in first_row and head in first_row and "0.800" in first_row, shown.output

@@ -33,7 +33,8 @@ def read_leaderboard(
     throttled during both timings) are ranked (others are listed in `unranked`).
     Each distinct code (sha256 of the code judged) counts once per GPU model, with its first verdict; then
     each submitter (or model) appears once, with its best code by `sort`. Entries whose interquartile ranges
-    overlap the head of their group share its rank (`tied`, `rank_label` "=2")."""
+    overlap the head of their group share its rank (`tied`, `rank_label` "=2"). The head of the default view is what
+    "best" means everywhere (the home page's fastest kernel, `kernel-judge leaderboard`)."""
     return ranking.leaderboard(session, ranking.Query(task=task.id.value, by=by, sort=sort, device=device,
                                                       extra_failures=extra_failures, offset=offset, limit=limit),
                                ranking.cache_for(request.app.state))
