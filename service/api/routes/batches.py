@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep
 from service.api.openapi import inline_schema
 from service.batches import store
+from service.batches.lines import one_line
 from service.batches.metrics import batch_metrics
 from service.batches.parse import (
     Parsed,
@@ -223,7 +224,7 @@ def stream_results(db: Database, batch_id: str, fmt: str) -> Iterator[str]:
         with db.transaction(read_only=True) as session:
             page = store.results_page(session, batch_id, after, RESULT_PAGE)
         for row in page:
-            yield _csv_line(row) if fmt == "csv" else row.model_dump_json() + "\n"
+            yield _csv_line(row) if fmt == "csv" else one_line(row.model_dump_json()) + "\n"
         if len(page) < RESULT_PAGE:
             return
         after = page[-1].line
