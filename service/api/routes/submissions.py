@@ -44,7 +44,7 @@ def _accepted(response: Response, sub_id: str, status_: PublicStatus, duplicate:
     response_model=schemas.SubmissionAccepted,
     summary="Submit a candidate kernel",
     openapi_extra={"requestBody": REQUEST_BODY},
-    responses=responses(401, 404, 409, 413, 415, 422, 429, 503),
+    responses=responses(401, 404, 409, 413, 415, 422, 429, 503, 507),
 )
 async def create_submission(response: Response, key: CurrentKey, db: DatabaseDep, settings: SettingsDep,
                             body: SubmissionBody) -> schemas.SubmissionAccepted:
