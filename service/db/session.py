@@ -64,11 +64,6 @@ class Database:
         self.storage_fault: storage.Seen | None = None
         """The last write refused for a full disk or a read-only database, until a write commits."""
 
-    @property
-    def where(self) -> str:
-        """The database named without credentials: SQLite's file, or PostgreSQL's host, port and database."""
-        url = self.engine.url
-        return f"SQLite file {url.database}" if self.sqlite else f"PostgreSQL {url.host}:{url.port}/{url.database}"
 
     def session(self, *, read_only: bool = False) -> Session:
         return (self._read_sessions if read_only else self._sessions)()
@@ -93,7 +88,8 @@ class Database:
         if fault is None:
             return
         if self.storage_fault is None or self.storage_fault.fault is not fault or not self.storage_fault.current():
-            log.error("the database refused a write: %s (%s): %s", fault.value, self.where, str(exc.orig)[:300])
+            log.error("the database refused a write: %s (%s): %s", fault.value, storage.where(self.url),
+                      str(exc.orig)[:300])
         self.storage_fault = storage.Seen(fault, str(exc.orig)[:500], time.monotonic())
 
     def dispose(self) -> None:

@@ -5,15 +5,20 @@ disk_full) or because the database is read-only (SQLITE_READONLY, "attempt to wr
 PostgreSQL's 25006 read_only_sql_transaction, a standby or `default_transaction_read_only`) is not an outage:
 retrying in five seconds does not help, and an operator must act. So the API answers it as what it is (507 for
 the full disk, 503 naming the read-only database), the log says it once when it starts, and /readyz fails while
-it lasts: `Database.transaction` records the fault, and the next write that commits clears it.
+it lasts: `Database.transaction` records the fault, and the next write that commits clears it. A process that
+cannot store at start (`serve`, `worker`, `migrate`) refuses to start with one line naming the database and the
+cause (`sqlite_unwritable`, `start_failure`), not a traceback.
 """
 
 from __future__ import annotations
 
 import enum
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
 FAULT_HOLD_S = 300.0
@@ -76,3 +81,37 @@ class Seen:
 
     def current(self, now: float | None = None) -> bool:
         return (now if now is not None else time.monotonic()) - self.at < FAULT_HOLD_S
+
+
+def where(url: str | URL) -> str:
+    """The database named without credentials: SQLite's file, or PostgreSQL's host, port and database."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return f"SQLite file {parsed.database}"
+    return f"PostgreSQL {parsed.host}:{parsed.port or 5432}/{parsed.database}"
+
+
+def sqlite_unwritable(path: Path) -> str | None:
+    """Why a SQLite database at `path` could not store, or None: its directory must take new files (SQLite
+    creates its -wal and -shm files there, even to read) and the file, when present, must open for writing.
+    Checked by doing it, not by permission bits (root passes those on a read-only file system)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        return f"its directory {path.parent} takes no new file: {exc.strerror or exc}"
+    try:
+        if path.exists():
+            with path.open("r+b"):
+                pass
+    except OSError as exc:
+        return f"the file does not open for writing: {exc.strerror or exc}"
+    return None
+
+
+def start_failure(where: str, exc: BaseException) -> str:
+    """One line for a process that cannot start on its database: which database, and why."""
+    fault = classify(exc)
+    cause = str(exc.orig if isinstance(exc, DBAPIError) else exc).strip().splitlines()[0][:300]
+    return f"cannot use the database ({where}): {fault.value + ': ' if fault else ''}{cause}"

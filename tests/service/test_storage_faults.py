@@ -6,20 +6,28 @@ The faults are the databases' own, on the app's real engine: SQLite's `max_page_
 (the engine then fails with SQLITE_FULL, "database or disk is full", as on a full disk) and `query_only`
 (SQLITE_READONLY, as for a read-only file); PostgreSQL's `default_transaction_read_only` (25006, as on a standby).
 PostgreSQL's disk_full (53100) cannot be caused here without filling a disk: its classification is tested on the
-driver's own exception.
+driver's own exception. `serve` on a read-only directory (a read-only bind mount in a private mount namespace) or
+on a PostgreSQL that does not answer refuses to start with one line naming the database and the cause.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import psycopg
 import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
+from service.cli.exitcodes import ExitCode
 from service.db import storage
-from tests.service.conftest import CORRECT_KL_DIV
+from service.db.migrate import upgrade
+from tests.service.conftest import CORRECT_KL_DIV, ROOT
 
 SOURCE = CORRECT_KL_DIV.read_text() + "# padding to need new pages\n" * 4000
 """About 120 KB: more pages than the SQLite file has free."""
@@ -96,3 +104,35 @@ def test_postgresql_disk_full_and_other_errors_are_told_apart(db_url):
         is storage.StorageFault.READ_ONLY
     assert storage.classify(wrapped(psycopg.errors.AdminShutdown("terminating connection"))) is None
     assert storage.classify(ValueError("not a driver error")) is None
+
+
+def _serve(env_url: str, read_only: Path | None = None) -> subprocess.CompletedProcess:
+    """`serve` run to its end; with `read_only`, that directory bind-mounted read-only in a private mount namespace
+    (root writes through permission bits, not through a read-only mount)."""
+    serve = [sys.executable, "-m", "service.cli.main", "serve", "--no-worker", "--port", "1"]
+    argv = serve if read_only is None else [
+        "unshare", "-m", "sh", "-c", f"mount --bind -o ro {read_only} {read_only} && exec {shlex.join(serve)}"]
+    return subprocess.run(argv, env={**os.environ, "DATABASE_URL": env_url}, capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-database", "existing-database"])
+def test_serve_on_a_read_only_directory_refuses_to_start_with_one_line(tmp_path, existing):
+    data = tmp_path / "data"
+    data.mkdir()
+    url = f"sqlite:///{data / 'judge.db'}"
+    if existing:
+        upgrade(url)
+    done = _serve(url, read_only=data)
+    assert done.returncode == ExitCode.LOCAL_ERROR, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert str(data / "judge.db") in lines[0] and "Read-only file system" in lines[0], lines[0]
+
+
+def test_serve_on_a_postgresql_that_does_not_answer_refuses_with_one_line_and_no_password():
+    done = _serve("postgresql+psycopg://judge:s3cret@127.0.0.1:1/judge")
+    assert done.returncode == ExitCode.LOCAL_ERROR, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "PostgreSQL 127.0.0.1:1/judge" in lines[0], done.stderr
+    assert "s3cret" not in done.stderr
