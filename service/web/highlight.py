@@ -17,7 +17,6 @@ plus the plain rendering (linear). The figures are in docs/reliability.md
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 from markupsafe import Markup
 from pygments import format as format_tokens
@@ -37,7 +36,8 @@ the 2-core development machine, and a quarter of the 2 s a whole view may cost (
 _CHECK_EVERY = 64
 """Tokens between two reads of the thread's CPU clock (a read costs about a microsecond; 64 tokens of an honest
 source, about 0.2 ms)."""
-Token = tuple
+Token = tuple[object, str]
+"""(Pygments token type, text), as a lexer yields them."""
 
 
 def _lexer_for(source: str) -> Lexer:
@@ -48,8 +48,7 @@ def tokens_within(source: str, lexer: Lexer, cpu_s: float) -> list[Token] | None
     """The lexer's tokens for `source`, or None once lexing has used `cpu_s` of this thread's CPU time."""
     deadline = time.thread_time() + cpu_s
     tokens: list[Token] = []
-    stream: Iterator[Token] = lexer.get_tokens(source)
-    for token in stream:
+    for token in lexer.get_tokens(source):
         tokens.append(token)
         if len(tokens) % _CHECK_EVERY == 0 and time.thread_time() > deadline:
             return None
