@@ -151,10 +151,10 @@ def queue_position(session: Session, job: Job) -> int | None:
         Job.state == JobState.QUEUED, Job.not_before <= now, ahead)) or 0
 
 
-def submission_view(session: Session, submission_id: str,
-                    public_after: dt.datetime | None = None) -> schemas.SubmissionOut | None:
-    """The public view of a submission (never its source); `public_after` is Settings.sources_public_after, for
-    `source_public`."""
+def submission_view(session: Session, submission_id: str, public_after: dt.datetime | None = None,
+                    viewer: visibility.Viewer = visibility.ANONYMOUS) -> schemas.SubmissionOut | None:
+    """A submission as `viewer` may see it (never its source; its diagnostics and digests only where
+    service/visibility.py says); `public_after` is Settings.sources_public_after."""
     sub = session.get(Submission, submission_id)
     if sub is None:
         return None
@@ -164,18 +164,23 @@ def submission_view(session: Session, submission_id: str,
     if job is None:
         return None
     verdict_row = session.scalars(select(VerdictRow).where(VerdictRow.submission_id == judged_id)).first()
+    verdict = schemas.VerdictView.model_validate(verdict_row.verdict) if verdict_row else None
+    readable = visibility.can_see_diagnostics(sub, viewer, public_after)
+    if verdict is not None and not readable:
+        verdict = visibility.without_diagnostics(verdict)
+    digest = sub.text_sha256 if readable else None
     return schemas.SubmissionOut(
         id=sub.id, task=sub.task_id, submitter=sub.submitter, model=sub.model, sample_index=sub.sample_index,
-        sampling=sub.sampling, tags=sub.tags, text_sha256=sub.text_sha256, source_sha256=sub.text_sha256,
+        sampling=sub.sampling, tags=sub.tags, text_sha256=digest, source_sha256=digest,
         status=PUBLIC[job.state], stage=job.state, position=queue_position(session, job),
         created_at=aware(sub.created_at),
         timestamps=schemas.Timestamps(queued_at=aware(job.queued_at), compile_started_at=aware(job.compile_started_at),
                                       compiled_at=aware(job.compiled_at), run_started_at=aware(job.run_started_at),
                                       finished_at=aware(job.finished_at)),
         attempts=job.claims, compile_cached=job.compile_cached,
-        verdict=Verdict.model_validate(verdict_row.verdict) if verdict_row else None,
-        duplicate_of=sub.duplicate_of, public=sub.public,
+        verdict=verdict, duplicate_of=sub.duplicate_of, public=sub.public,
         source_public=visibility.public_to_all(sub, public_after), waiting_for=_waiting_for(session, job),
+        diagnostics_withheld=not readable,
     )
 
 

@@ -51,10 +51,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service import crud
+from service import crud, visibility
 from service.crud import aware
 from service.api.schemas import DeviceBaseline
-from service.db.models import VerdictRow
+from service.db.models import Submission, VerdictRow
 from service.rankable import RANKED_ISOLATION, is_ranked_isolation  # noqa: F401 - the routes read them here
 from service.rankable import Pool, Pools, Rankable, Snapshot
 
@@ -91,7 +91,8 @@ class LeaderboardEntry(BaseModel):
     isolation: str | None = None
     unranked_reason: str | None = Field(None, description="Why a correct verdict judged under bubblewrap is not "
                                                           "ranked (the card was throttled during both timings).")
-    source_sha256: str | None = Field(None, description="sha256 of the code judged: one entry per code.")
+    source_sha256: str | None = Field(None, description="sha256 of the code judged: one entry per code. Null where "
+                                                        "the code is private (a digest confirms a guess of it).")
     copies: int = Field(1, description="Verdicts of this same code on this GPU model folded into this entry.")
     submitted_at: dt.datetime
 
@@ -357,3 +358,20 @@ def devices_seen(session: Session, task: str) -> list[str]:
     return list(session.scalars(select(VerdictRow.device_name).where(
         VerdictRow.task_id == task, VerdictRow.device_name.is_not(None)).distinct().order_by(VerdictRow.device_name)))
 
+
+
+def without_private_digests(session: Session, board: Leaderboard, public_after: dt.datetime | None) -> Leaderboard:
+    """The board with an entry's `source_sha256` only where anyone may read that code (service/visibility.py): a
+    digest of a private kernel confirms a guess of it. Read fresh from the submissions on the page (a PATCH
+    making one private again counts at once), and copied: `board` may be a cached one."""
+    entries = [e for d in board.devices for e in (*d.entries, *d.unranked) if e.source_sha256 is not None]
+    rows = session.execute(select(Submission.id, Submission.submitter, Submission.public, Submission.created_at)
+                           .where(Submission.id.in_({e.submission_id for e in entries}))) if entries else []
+    shown = {r.id for r in rows if visibility.public_to_all(r, public_after)}
+
+    def entry(e: LeaderboardEntry) -> LeaderboardEntry:
+        return e if e.submission_id in shown else e.model_copy(update={"source_sha256": None})
+
+    devices = [d.model_copy(update={"entries": [entry(e) for e in d.entries],
+                                    "unranked": [entry(e) for e in d.unranked]}) for d in board.devices]
+    return board.model_copy(update={"devices": devices})

@@ -9,8 +9,9 @@ The verdict is public; the kernel is not. A source is readable by
    solutions afterwards). A submission sent after that moment is not part of it and stays private.
 
 Nothing else reveals a source: routes and pages that carry one ask `source_access` (or `can_see_source`) and
-show nothing when it says PRIVATE. What the verdict itself quotes (compiler errors citing a line, a rule naming
-a call) stays public with the verdict.
+show nothing when it says PRIVATE. Nor do its diagnostics, which quote it (compiler errors citing a line, a rule
+naming a call, a profile naming its kernels), nor a digest of its text: the same readers see them
+(`can_see_diagnostics`); everyone else sees the verdict's status and figures (`without_diagnostics`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from sandbox.verdict import Verdict
 from service.db.models import utcnow
 
 
@@ -92,3 +94,32 @@ def can_see_source(submission: HasSource, viewer: Viewer, public_after: dt.datet
 def public_to_all(submission: HasSource, public_after: dt.datetime | None, now: dt.datetime | None = None) -> bool:
     """Whether anyone, without a key, may read the source now."""
     return can_see_source(submission, ANONYMOUS, public_after, now)
+
+
+# --- diagnostics ---------------------------------------------------------------------------------------------------
+# A verdict's diagnostics are made of the source: compile errors quote its lines (`compile_errors[].code`, the
+# compiler log), a traceback or a broken rule names its calls, a profile names its kernels, `imports` lists its
+# modules, and a digest of the text confirms a guess of it. So who may read the source may read them, and nobody
+# else: another key and an anonymous visitor get the status and the figures (timings, speedups, errors of the
+# output, stage times, the environment), never text taken from the source nor a digest of it.
+
+WITHHELD = ("the diagnostics of a private submission are shown to its submitter and the admin key only: send its "
+            "submitter's key (Authorization: Bearer <key>)")
+
+
+def can_see_diagnostics(submission: HasSource, viewer: Viewer, public_after: dt.datetime | None,
+                        now: dt.datetime | None = None) -> bool:
+    return can_see_source(submission, viewer, public_after, now)
+
+
+VerdictT = TypeVar("VerdictT", bound=Verdict)
+
+
+def without_diagnostics(verdict: VerdictT) -> VerdictT:
+    """The verdict as one who may not read its source sees it: `judged_sha256` is None, so the verdict must be of a
+    type that allows it (service.api.schemas.VerdictView)."""
+    return verdict.model_copy(update={
+        "diagnosis": f"{verdict.status.value}: {WITHHELD}", "judged_sha256": None, "compile_log": None,
+        "compile_errors": [], "details": {}, "imports": [],
+        "trials": [t.model_copy(update={"message": None}) for t in verdict.trials],
+        "extra_shapes": [t.model_copy(update={"message": None}) for t in verdict.extra_shapes]})

@@ -11,7 +11,9 @@ Guards:
 - NUL characters: PostgreSQL text cannot hold them, so a NUL anywhere in a path or query parameter is refused
   here, once, before routing (request bodies are checked by the schemas' field types).
 - A single-valued query parameter repeated is a 422, not its last value read silently.
-- The database away: a connection failure answers 503 with `Retry-After` instead of a 500.
+- The database away: a connection failure answers 503 with `Retry-After` instead of a 500. A write refused for
+  a full disk answers 507, one refused by a read-only database 503, each saying which (`storage_fault`;
+  service/db/storage.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.db import storage
 
 DATABASE_RETRY_AFTER_S = 5
 """Retry-After sent while the database does not answer: a restart or fail-over usually takes seconds."""
@@ -77,6 +81,10 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
 
 
 async def _database_away(_request: Request, exc: Exception) -> JSONResponse:
+    fault = storage.classify(exc)
+    if fault is not None:  # not an outage: named, and no Retry-After (retrying soon will not help)
+        return JSONResponse(error_body(storage.MESSAGES[fault], storage_fault=fault.value),
+                            status_code=storage.STATUS[fault])
     if isinstance(exc, DBAPIError) and not isinstance(exc, OperationalError) and not exc.connection_invalidated:
         raise exc  # a real bug (a constraint, a type): let it be a 500 and be logged, not disguised as an outage
     return JSONResponse(error_body("the database is not answering; retry shortly"), status_code=503,
@@ -218,7 +226,10 @@ _DESCRIPTIONS = {
     415: "Unsupported Content-Type.",
     422: "Invalid input (a field, a NUL character, a non-finite number); `errors` names each field.",
     429: "Rate limit or queue quota reached; retry after `Retry-After` seconds.",
-    503: "The database is not answering; retry after `Retry-After` seconds.",
+    503: "The database is not answering; retry after `Retry-After` seconds. Or it is read-only "
+         "(`storage_fault`: \"read-only\"): an operator must act.",
+    507: "The database's disk is full (`storage_fault`: \"disk full\"): nothing new can be stored until an operator "
+         "frees space.",
 }
 
 

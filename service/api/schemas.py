@@ -201,6 +201,14 @@ class Timestamps(BaseModel):
     finished_at: dt.datetime | None = None
 
 
+class VerdictView(Verdict):
+    """The verdict as the API shows it: whole to whom may read the source, else without its diagnostics
+    (service/visibility.py), whose digest of the judged code is then null."""
+
+    judged_sha256: str | None = Field(alias="source_sha256", description=(
+        "sha256 of what was judged; null where the viewer may not read the source (a digest confirms a guess)."))
+
+
 class SubmissionOut(BaseModel):
     id: str
     task: str
@@ -209,9 +217,10 @@ class SubmissionOut(BaseModel):
     sample_index: int | None
     sampling: dict[str, Any]
     tags: list[str]
-    text_sha256: str = Field(description="sha256 of the text as sent (UTF-8).")
-    source_sha256: str = Field(description="The same value as `text_sha256`, under its first name: kept for existing "
-                                           "clients.")
+    text_sha256: str | None = Field(description="sha256 of the text as sent (UTF-8); null where the viewer may not "
+                                                "read the source (`diagnostics_withheld`).")
+    source_sha256: str | None = Field(description="The same value as `text_sha256`, under its first name: kept for "
+                                                  "existing clients.")
     status: PublicStatus = Field(description="queued, compiling, running or done.")
     stage: JobState = Field(description="The exact job state; `compiled` means built and waiting for a device.")
     position: int | None = Field(description="While queued: how many ready jobs are ahead of this one (0 = next).")
@@ -219,7 +228,7 @@ class SubmissionOut(BaseModel):
     timestamps: Timestamps
     attempts: int = Field(description="Times a worker claimed this job.")
     compile_cached: bool | None = Field(description="True when an identical build was reused.")
-    verdict: Verdict | None = Field(description="The judge's verdict, once done.")
+    verdict: VerdictView | None = Field(description="The judge's verdict, once done.")
     duplicate_of: str | None = Field(default=None, description=(
         "Set for a batch sample whose extracted source repeats an earlier sample of the same task in its batch: "
         "it was not judged again and shows that sample's job and verdict."))
@@ -230,6 +239,10 @@ class SubmissionOut(BaseModel):
     waiting_for: list[str] = Field(default_factory=list, description=(
         'While queued: what judging it needs that none of the workers seen lately has ("gpu", a kernel language). '
         "It waits for a worker that has it and gets no verdict meanwhile (GET /v1/judging, docs/gpu-workers.md)."))
+    diagnostics_withheld: bool = Field(default=False, description=(
+        "True when this view leaves out what is made of the source (the verdict's diagnosis, compile errors and "
+        "log, details, imports, trial messages) and every digest of it: a private submission read without its "
+        "submitter's key or the admin key. The status and the figures are all there."))
 
 
 class SubmissionSummary(BaseModel):
@@ -364,3 +377,6 @@ class ProfileOut(BaseModel):
     profile: Profile | None = None
     text: str | None = Field(default=None, description="The profile as plain text for a prompt (under 1,500 "
                                                        "characters for up to 4 kernels).")
+    withheld: bool = Field(default=False, description=(
+        "True when `profile` and `text` are left out: they name the source's kernels, and the submission is private "
+        "to its submitter and the admin key (send one of their keys)."))

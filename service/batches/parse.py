@@ -1,8 +1,10 @@
 """An upload into validated samples and per-line errors: a bad line is reported, never fatal to the others.
 
 Accepted forms: JSONL (`application/x-ndjson`, `application/jsonl`, `text/plain`): one JSON object per line,
-blank lines skipped, numbered by physical line; JSON (`application/json`): a list of samples, or
-{"name", "samples", "tags"}, numbered by item (index + 1).
+blank lines skipped, numbered as `wc -l` numbers the file's lines (`service.batches.lines`); JSON
+(`application/json`): a list of samples, or {"name", "samples", "tags"}, numbered by item (index + 1). Either may
+start with a UTF-8 byte-order mark. An object naming one key twice is refused (which value was meant is a guess
+that json.loads makes silently, keeping the last).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 
 from reference import UnknownTask, all_tasks, get_task
 from service.batches.dedup import CodeKey, code_key
+from service.batches.lines import numbered_lines, without_bom
 from service.batches.schemas import BatchCreate, LineError, Sample
 
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "application/jsonlines",
@@ -103,11 +106,30 @@ def _collect(items: list[tuple[int, Any]], max_source_bytes: int, parsed: Parsed
 TOO_DEEP = "nests arrays and objects deeper than the JSON reader allows (about 1,000 levels)"
 
 
+class DuplicateKey(ValueError):
+    """One JSON object names a key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: the object as a dict, refused if a key repeats."""
+    found = dict(pairs)
+    if len(found) == len(pairs):
+        return found
+    found = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(f"has the key {json.dumps(key)} twice in one object; send each key once (which value "
+                               "was meant is ambiguous)")
+        found[key] = value
+    return found
+
+
 def _loads(text: str) -> Any:
-    """json.loads, with what it raises besides JSONDecodeError made a ValueError that says what to fix."""
+    """json.loads refusing repeated keys, with what it raises besides JSONDecodeError made a ValueError that says
+    what to fix."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except (json.JSONDecodeError, DuplicateKey):
         raise
     except RecursionError:
         raise ValueError(TOO_DEEP) from None
@@ -117,7 +139,7 @@ def _loads(text: str) -> Any:
 
 def _jsonl(text: str) -> list[tuple[int, Any] | LineError]:
     out: list[tuple[int, Any] | LineError] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in numbered_lines(text):
         if not line.strip():
             continue
         try:
@@ -141,7 +163,7 @@ def _where_too_deep(text: str) -> str:
 def parse_upload(body: bytes, content_type: str, max_source_bytes: int, max_samples: int) -> Parsed:
     """Split and validate an upload. Raises UploadError (415, 422, 413) when the whole body is unusable."""
     try:
-        text = body.decode("utf-8")
+        text = without_bom(body.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise UploadError(422, f"the body is not valid UTF-8: byte {body[exc.start]:#04x} at offset {exc.start}"
                           ) from None
@@ -152,6 +174,8 @@ def parse_upload(body: bytes, content_type: str, max_source_bytes: int, max_samp
         except json.JSONDecodeError as exc:
             raise UploadError(422, f"the body is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                                    "for one sample per line send application/x-ndjson") from None
+        except DuplicateKey as exc:
+            raise UploadError(422, f"the body {exc}") from None
         except ValueError as exc:
             where = _where_too_deep(text) if str(exc) == TOO_DEEP else ""
             raise UploadError(422, f"the body {exc}{where}; a sample is an object of strings, numbers and small "

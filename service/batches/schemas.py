@@ -145,7 +145,8 @@ class ResultRow(BaseModel):
     speed_of_light_fraction: float | None
     compiled: bool | None
     correct: bool | None
-    diagnosis: str | None = Field(description="The first 300 characters.")
+    diagnosis: str | None = Field(description="The first 300 characters; null for a private sample read without its "
+                                                "submitter's key or the admin key (it quotes the source).")
     metadata: dict[str, Any] | None
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from sandbox.verdict import Status
+from service import visibility
 from service.batches.dedup import CodeKey, code_key
 from service.batches.fairness import virtual_time
 from service.batches.metrics import Outcome, summarize
@@ -187,12 +188,15 @@ def outcomes(session: Session, batch_id: str) -> list[Outcome]:
                     speedup_eager=r.speedup_eager, speedup_compile=r.speedup_compile) for r in rows]
 
 
-def results_page(session: Session, batch_id: str, after_line: int, limit: int) -> list[ResultRow]:
-    """Up to `limit` result rows after `after_line`, in line order (keyset paging: cheap at any depth)."""
+def results_page(session: Session, batch_id: str, after_line: int, limit: int, *, viewer: visibility.Viewer,
+                 public_after: dt.datetime | None) -> list[ResultRow]:
+    """Up to `limit` result rows after `after_line`, in line order (keyset paging: cheap at any depth); a row's
+    diagnosis only where `viewer` may read its diagnostics (service/visibility.py)."""
     judged = _judged()
     rows = session.execute(
         select(Submission.line, Submission.id, Submission.task_id, Submission.model, Submission.sample_index,
                Submission.turn, Submission.parent_id, Submission.duplicate_of, Submission.sample_metadata,
+               Submission.submitter, Submission.public, Submission.created_at,
                Job.state, VerdictRow.status, VerdictRow.median_ms, VerdictRow.speedup_eager,
                VerdictRow.speedup_compile, VerdictRow.speed_of_light,
                func.substr(VerdictRow.diagnosis, 1, DIAGNOSIS_CHARS).label("diagnosis"),
@@ -207,7 +211,8 @@ def results_page(session: Session, batch_id: str, after_line: int, limit: int) -
                       median_ms=r.median_ms, speedup_eager=r.speedup_eager, speedup_compile=r.speedup_compile,
                       speed_of_light_fraction=r.speed_of_light, compiled=compiled(r.status, r.compile_s),
                       correct=(r.status is Status.CORRECT) if r.status is not None else None,
-                      diagnosis=r.diagnosis, metadata=r.sample_metadata)
+                      diagnosis=r.diagnosis if visibility.can_see_diagnostics(r, viewer, public_after) else None,
+                      metadata=r.sample_metadata)
             for r in rows]
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from service.batches.lines import split_lines
 from service.cli import render
 from service.cli.exitcodes import ExitCode
 from service.cli.options import (
@@ -31,7 +32,8 @@ def batch(file: Annotated[Path, typer.Argument(help="JSONL: one sample a line (t
           url: Url = URL_DEFAULT, key: Key = None, as_json: Json = False) -> None:
     """Upload a batch of samples; prints its id. Malformed lines are reported by line number, the rest judged."""
     try:
-        lines = [line for line in file.read_text(encoding="utf-8").splitlines()]
+        # bytes, not read_text: its universal newlines would also break at a lone \r and renumber the lines
+        lines = split_lines(file.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         err.print(f"[red]error:[/] cannot read {file}: {exc}")
         raise typer.Exit(ExitCode.LOCAL_ERROR) from None

@@ -33,11 +33,29 @@ def _settings(**overrides: object) -> Settings:
 
 
 def _prepare_db(settings: Settings) -> None:
+    """Migrate, or refuse to start with one line naming the database and why it cannot be used (a read-only
+    directory, a full disk, a server that does not answer), not a traceback."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    from service.db import storage
     from service.db.migrate import upgrade
 
-    if settings.db_url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    upgrade(settings.db_url)
+    where = storage.where(settings.db_url)
+    try:
+        if settings.db_url.startswith("sqlite"):
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            database = make_url(settings.db_url).database
+            why = storage.sqlite_unwritable(Path(database)) if database and database != ":memory:" else None
+            if why is not None:
+                typer.echo(f"error: cannot use the database ({where}): {why}", err=True)
+                raise typer.Exit(ExitCode.LOCAL_ERROR)
+        upgrade(settings.db_url)
+    except (OSError, DBAPIError) as exc:
+        typer.echo(f"error: {storage.start_failure(where, exc)}", err=True)
+        raise typer.Exit(ExitCode.LOCAL_ERROR) from None
 
 
 def _shown(settings: Settings) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from typing_extensions import Self
 
+from service.batches.lines import LineCutter
 from service.client import calls, models
 from service.client.calls import Call, RetryPolicy
 from service.client.errors import WaitTimeout
@@ -152,7 +153,12 @@ class AsyncJudgeClient:
 
     async def results(self, batch_id: str) -> AsyncIterator[models.ResultRow]:
         async with self._stream(calls.results(batch_id, "jsonl")) as response:
-            async for line in response.aiter_lines():
+            cutter = LineCutter()  # not iter_lines: it also breaks at U+2028 and the like, which JSON allows raw
+            async for chunk in response.aiter_text():
+                for line in cutter.feed(chunk):
+                    if line.strip():
+                        yield models.ResultRow.model_validate_json(line)
+            for line in cutter.finish():
                 if line.strip():
                     yield models.ResultRow.model_validate_json(line)
 

@@ -40,6 +40,7 @@ from typing import Any, BinaryIO
 import httpx
 from typing_extensions import Self
 
+from service.batches.lines import LineCutter
 from service.client import calls, models
 from service.client.calls import Call, RetryPolicy
 from service.client.errors import JudgeUnreachable, WaitTimeout
@@ -211,7 +212,12 @@ class JudgeClient:
     def results(self, batch_id: str) -> Iterator[models.ResultRow]:
         """The batch's rows, streamed from the server's JSONL (one row per line of the upload)."""
         with self._stream(calls.results(batch_id, "jsonl")) as response:
-            for line in response.iter_lines():
+            cutter = LineCutter()  # not iter_lines: it also breaks at U+2028 and the like, which JSON allows raw
+            for chunk in response.iter_text():
+                for line in cutter.feed(chunk):
+                    if line.strip():
+                        yield models.ResultRow.model_validate_json(line)
+            for line in cutter.finish():
                 if line.strip():
                     yield models.ResultRow.model_validate_json(line)
 

@@ -2,8 +2,9 @@
 
 Routes stay thin: read through service.ranking and service.crud in the request's read-only session, then
 render a template. The pages use the same query parameters as the JSON routes, as plain GET forms. A
-submission's page shows its source only where service/visibility.py lets anyone read it: the pages have no
-login, so every visitor is anonymous there.
+submission's page shows its source, its verdict's diagnostics and its profile only where service/visibility.py
+lets anyone read them (the status and figures always): the pages have no login, so every visitor is anonymous
+there.
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ def submission(request: Request, submission_id: str, session: ReadSessionDep, se
     source = row.source if access is not visibility.SourceAccess.PRIVATE else None
     verdict = view.verdict
     failed = next((t for t in verdict.trials if not t.passed), None) if verdict else None
-    found = profile_store.for_submission(session, submission_id)
-    profile_row = found[1] if found else None
+    found = profile_store.for_submission(session, submission_id) if not view.diagnostics_withheld else None
+    profile_row = found[1] if found else None  # a profile names the source's kernels: withheld with it
     profile_data = Profile(**profile_row.profile) if profile_row is not None and profile_row.profile else None
     return page(request, "submission.html", sub=view, verdict=verdict, failed_trial=failed,
                 profile=profile_row, profile_data=profile_data,

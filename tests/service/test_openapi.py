@@ -44,8 +44,13 @@ def test_a_bearer_scheme_is_declared_and_required_where_a_key_is(spec):
     for method, path in [("post", "/v1/submissions"), ("get", "/v1/submissions"),
                          ("get", "/v1/submissions/{submission_id}/source"), ("post", "/v1/keys")]:
         assert {"bearer": []} in operation(spec, method, path)["security"], path
-    for method, path in [("get", "/v1/submissions/{submission_id}"), ("get", "/v1/tasks"), ("get", "/healthz")]:
+    for method, path in [("get", "/v1/tasks"), ("get", "/healthz")]:
         assert "security" not in operation(spec, method, path), path
+    # Readable without a key, and more with one (a private submission's diagnostics: service/visibility.py).
+    for method, path in [("get", "/v1/submissions/{submission_id}"), ("get", "/v1/submissions/{submission_id}/profile"),
+                         ("get", "/v1/submissions/{submission_id}/events"), ("get", "/v1/batches/{batch_id}/results")]:
+        security = operation(spec, method, path)["security"]
+        assert {"bearer": []} in security and {} in security, path
 
 
 @pytest.mark.parametrize("method,path,codes", [

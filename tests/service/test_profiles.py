@@ -88,14 +88,14 @@ def test_recorded_profile_is_served_as_json_text_cli_table_and_page(client, auth
     with db.transaction() as session:  # once recorded, never again: a second worker's result is discarded
         assert not store.record(session, sub_id, Profile(status="failed", reason="late"), "other:2")
 
-    body = client.get(f"/v1/submissions/{sub_id}/profile").json()
-    assert body["status"] == "ok" and body["gpu_seconds"] == 14.5
+    body = client.get(f"/v1/submissions/{sub_id}/profile", headers=auth).json()  # private: read with its key
+    assert body["status"] == "ok" and body["gpu_seconds"] == 14.5 and not body["withheld"]
     (kernel,) = body["profile"]["kernels"]
     assert kernel["duration_ns"] == 695040 and kernel["grid"] == [132, 1, 1]
     assert body["text"].startswith("Nsight Compute profile (ncu 2025.3.1.0; NVIDIA H100 80GB HBM3)")
     assert "top stalls: long_scoreboard 65%" in body["text"] and len(body["text"]) < 1500
 
-    with JudgeClient("http://testserver", "", transport=_AppTransport(client)) as judge:
+    with JudgeClient("http://testserver", auth["Authorization"].split()[1], transport=_AppTransport(client)) as judge:
         found = judge.profile(sub_id)
     assert found.status == "ok" and found.kernels[0].registers_per_thread == 54
     console = Console(width=200, record=True)
@@ -103,6 +103,8 @@ def test_recorded_profile_is_served_as_json_text_cli_table_and_page(client, auth
     table = console.export_text()
     assert "kl_fast_kernel" in table and "695.0" in table and "3.09" in table and "long_scoreboard 65%" in table
 
+    # The pages are anonymous: the profile (it names the kernels) shows once the submission is public.
+    assert client.patch(f"/v1/submissions/{sub_id}", json={"public": True}, headers=auth).status_code == 200
     page = client.get(f"/submissions/{sub_id}")
     assert page.status_code == 200
     html = page.text

@@ -57,7 +57,7 @@ def test_status_moves_through_stages_and_reports_verdict(client, auth, db):
     verdict = Verdict(status=Status.INCORRECT, diagnosis="trial 0: off by 1e-2", task="kl_div", device="cpu",
                       judged_sha256=claim.text_sha256)
     assert q.finish(db, claim.token, verdict, "w", q.RetryPolicy()) == "verdict"
-    view = client.get(f"/v1/submissions/{sub_id}").json()
+    view = client.get(f"/v1/submissions/{sub_id}", headers=auth).json()  # the diagnosis: to its submitter
     assert view["status"] == "done" and view["position"] is None
     assert view["verdict"]["status"] == "incorrect" and view["verdict"]["diagnosis"] == "trial 0: off by 1e-2"
     stamps = view["timestamps"]
@@ -335,7 +335,7 @@ def test_the_text_hash_is_text_sha256_and_still_source_sha256_for_existing_clien
 
     sub_id = submit(client, auth).json()["id"]
     expected = hashlib.sha256(SOURCE.encode()).hexdigest()
-    view = client.get(f"/v1/submissions/{sub_id}").json()
+    view = client.get(f"/v1/submissions/{sub_id}", headers=auth).json()  # the digest: to its submitter
     source = client.get(f"/v1/submissions/{sub_id}/source", headers=auth).json()
     assert view["text_sha256"] == view["source_sha256"] == expected
     assert source["text_sha256"] == source["source_sha256"] == expected

@@ -22,7 +22,8 @@ def test_status_goes_live_to_done_with_the_verdict(db, spawn, live_api, browser)
     _, base = live_api()
     key = new_key(db, "live")
     sub = httpx.post(f"{base}/v1/submissions", headers={"Authorization": f"Bearer {key}"},
-                     json={"task": "kl_div", "source": CANDIDATE, "model": "live-model"}).json()
+                     json={"task": "kl_div", "source": CANDIDATE, "model": "live-model", "public": True}).json()
+    # public: the page is anonymous, and a private submission's diagnosis is its submitter's only
     context = browser.new_context()
     page = context.new_page()
     page.goto(f"{base}/submissions/{sub['id']}")

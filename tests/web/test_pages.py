@@ -69,7 +69,7 @@ def test_a_compile_error_page_leads_with_the_compiler_errors(site, page):
     sub = seed.add("ann", "model-a", "broken", None, status=Status.COMPILE_ERROR.value,
                    diagnosis='the extension failed to compile:\ncuda.cu(46): identifier "scale_factor" is undefined',
                    details={"stage": "compile", "errors": ['cuda.cu(46): identifier "scale_factor" is undefined']},
-                   compile_log="[1/3] nvcc ...\nFAILED\n" * 5)
+                   compile_log="[1/3] nvcc ...\nFAILED\n" * 5, public=True)  # a private one's errors: its submitter's
     page.goto(f"{base}/submissions/{sub}")
     assert page.locator(".badge").inner_text() == "compile_error"
     errors = page.locator("pre.errors")

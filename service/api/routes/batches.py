@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 from collections.abc import Iterator
@@ -13,9 +14,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
-from service.api.deps import CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep
+from service.api.deps import OPTIONAL_KEY, CurrentKey, DatabaseDep, ReadSessionDep, SettingsDep, ViewerDep
 from service.api.openapi import inline_schema
 from service.batches import store
+from service.batches.lines import one_line
 from service.batches.metrics import batch_metrics
 from service.batches.parse import (
     Parsed,
@@ -34,6 +36,7 @@ from service.core.config import Settings
 from service.core.ratelimit import lock_key
 from service.db.models import ApiKey, Batch
 from service.db.session import Database
+from service.visibility import Viewer
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -213,17 +216,19 @@ def _csv_line(row: ResultRow) -> str:
     return out.getvalue()
 
 
-def stream_results(db: Database, batch_id: str, fmt: str) -> Iterator[str]:
+def stream_results(db: Database, batch_id: str, fmt: str, viewer: Viewer, public_after: dt.datetime | None
+                   ) -> Iterator[str]:
     """One short read transaction per page of RESULT_PAGE rows: never the whole batch in memory, and no
-    transaction held open while the client reads slowly."""
+    transaction held open while the client reads slowly. A private sample's diagnosis only to its submitter's keys
+    and the admin key."""
     if fmt == "csv":
         yield ",".join(CSV_COLUMNS) + "\n"
     after = 0
     while True:
         with db.transaction(read_only=True) as session:
-            page = store.results_page(session, batch_id, after, RESULT_PAGE)
+            page = store.results_page(session, batch_id, after, RESULT_PAGE, viewer=viewer, public_after=public_after)
         for row in page:
-            yield _csv_line(row) if fmt == "csv" else row.model_dump_json() + "\n"
+            yield _csv_line(row) if fmt == "csv" else one_line(row.model_dump_json()) + "\n"
         if len(page) < RESULT_PAGE:
             return
         after = page[-1].line
@@ -233,11 +238,13 @@ def stream_results(db: Database, batch_id: str, fmt: str) -> Iterator[str]:
     "/{batch_id}/results",
     summary="Per-sample results, streamed as JSONL or CSV",
     response_class=StreamingResponse,
-    responses={200: {"content": {"application/x-ndjson": {"schema": inline_schema(ResultRow)},
+    openapi_extra=OPTIONAL_KEY,
+    responses={401: {"description": "An unknown or revoked key."},
+               200: {"content": {"application/x-ndjson": {"schema": inline_schema(ResultRow)},
                                  "text/csv": {}},
                      "description": "One row per sample in line order (a ResultRow); unfinished: status null."}},
 )
-def read_results(batch_id: str, db: DatabaseDep,
+def read_results(batch_id: str, db: DatabaseDep, viewer: ViewerDep, settings: SettingsDep,
                  format: Annotated[Literal["jsonl", "csv"] | None, Query(description="Default jsonl; or send "
                                                                                       "Accept: text/csv")] = None,
                  accept: Annotated[str | None, Header()] = None) -> StreamingResponse:
@@ -246,8 +253,8 @@ def read_results(batch_id: str, db: DatabaseDep,
     fmt = format or ("csv" if accept and "text/csv" in accept else "jsonl")
     media = "text/csv" if fmt == "csv" else "application/x-ndjson"
     filename = f"batch-{batch_id}.{fmt}"
-    return StreamingResponse(stream_results(db, batch_id, fmt), media_type=media,
-                             headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return StreamingResponse(stream_results(db, batch_id, fmt, viewer, settings.sources_public_after),
+                             media_type=media, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 def cancel(db: Database, key: ApiKey, batch_id: str) -> BatchOut:

@@ -1,5 +1,5 @@
-"""GET /healthz (the process answers) and GET /readyz (the database answers, its schema is current, and the worker
-this process runs or started is not stalled).
+"""GET /healthz (the process answers) and GET /readyz (the database answers and stores, its schema is current, and
+the worker this process runs or started is not stalled).
 
 Both are anonymous: a database failure is answered with a generic reason, never the driver's text (it names the
 database host, port, user and database); the detail goes to the log, and to a caller with the admin key."""
@@ -7,6 +7,7 @@ database host, port, user and database); the detail goes to the log, and to a ca
 from __future__ import annotations
 
 import logging
+import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -14,6 +15,7 @@ from sqlalchemy import func, select, text
 
 from service.api import schemas
 from service.api.deps import DatabaseDep, SettingsDep
+from service.db import storage
 from service.db.migrate import head_revision
 from service.core.security import same_secret
 from service.db.models import Job, utcnow
@@ -63,6 +65,11 @@ def readyz(request: Request, db: DatabaseDep, settings: SettingsDep):  # noqa: A
         if settings.admin_key and token and same_secret(token, settings.admin_key):
             detail["error"] = str(exc)[:500]
         return JSONResponse(status_code=503, content={"status": "unavailable", "detail": detail})
+    seen = db.storage_fault
+    if seen is not None and seen.current():  # reads work, writes do not: not ready to take submissions
+        return JSONResponse(status_code=503, content={"status": seen.fault.value, "detail": {
+            "reason": storage.MESSAGES[seen.fault],
+            "last_refused_s_ago": round(time.monotonic() - seen.at, 1)}})
     head = head_revision()
     if revision != head:
         return JSONResponse(status_code=503, content={"status": "migrations pending",

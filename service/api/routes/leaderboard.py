@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from service import ranking
-from service.api.deps import ReadSessionDep, TaskDep
+from service.api.deps import ReadSessionDep, SettingsDep, TaskDep
 
 router = APIRouter(prefix="/v1/leaderboard", tags=["leaderboard"])
 
@@ -18,6 +18,7 @@ def read_leaderboard(
     request: Request,
     task: TaskDep,
     session: ReadSessionDep,
+    settings: SettingsDep,
     by: Annotated[ranking.By, Query(description="One entry per submitter, per model, or per distinct code.")
                   ] = "submitter",
     sort: Annotated[ranking.Sort, Query(description="Ranking metric; speedups and speed-of-light rank high first, "
@@ -34,7 +35,9 @@ def read_leaderboard(
     Each distinct code (sha256 of the code judged) counts once per GPU model, with its first verdict; then
     each submitter (or model) appears once, with its best code by `sort`. Entries whose interquartile ranges
     overlap the head of their group share its rank (`tied`, `rank_label` "=2"). The head of the default view is what
-    "best" means everywhere (the home page's fastest kernel, `kernel-judge leaderboard`)."""
-    return ranking.leaderboard(session, ranking.Query(task=task.id.value, by=by, sort=sort, device=device,
-                                                      extra_failures=extra_failures, offset=offset, limit=limit),
-                               ranking.cache_for(request.app.state))
+    "best" means everywhere (the home page's fastest kernel, `kernel-judge leaderboard`). `source_sha256` is given
+    only for code anyone may read."""
+    board = ranking.leaderboard(session, ranking.Query(task=task.id.value, by=by, sort=sort, device=device,
+                                                       extra_failures=extra_failures, offset=offset, limit=limit),
+                                ranking.cache_for(request.app.state))
+    return ranking.without_private_digests(session, board, settings.sources_public_after)

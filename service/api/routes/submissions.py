@@ -46,7 +46,7 @@ def _accepted(response: Response, sub_id: str, status_: PublicStatus, duplicate:
     response_model=schemas.SubmissionAccepted,
     summary="Submit a candidate kernel",
     openapi_extra={"requestBody": REQUEST_BODY},
-    responses=responses(401, 404, 409, 413, 415, 422, 429, 503),
+    responses=responses(401, 404, 409, 413, 415, 422, 429, 503, 507),
 )
 async def create_submission(response: Response, key: CurrentKey, db: DatabaseDep, settings: SettingsDep,
                             body: SubmissionBody) -> schemas.SubmissionAccepted:
@@ -143,12 +143,15 @@ def list_submissions(
 
 
 @router.get("/{submission_id}", response_model=schemas.SubmissionOut, summary="Status and verdict of a submission",
-            responses=responses(404, 422, 503))
-def read_submission(submission_id: str, session: ReadSessionDep, settings: SettingsDep) -> schemas.SubmissionOut:
+            openapi_extra=OPTIONAL_KEY, responses=responses(401, 404, 422, 503))
+def read_submission(submission_id: str, viewer: ViewerDep, session: ReadSessionDep,
+                    settings: SettingsDep) -> schemas.SubmissionOut:
     """Status (`queued`, `compiling`, `running`, `done`), the time each stage began, the position in the queue
-    while queued, and the full verdict once done. Anyone with the id may read it; the source is not part of it
-    (`source_public` says whether anyone may read that too)."""
-    view = crud.submission_view(session, submission_id, settings.sources_public_after)
+    while queued, and the verdict once done. Anyone with the id may read its status and figures; the source is
+    not part of it (`source_public` says whether anyone may read that too). What is made of the source (the
+    diagnosis, compile errors, details) and the digests only where the source may be read: by its submitter's
+    keys and the admin key, or by anyone once it is public (`diagnostics_withheld` says when they are left out)."""
+    view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
     if view is None:
         raise _not_found(submission_id)
     return view
@@ -170,7 +173,7 @@ def update_submission(submission_id: str, change: schemas.SubmissionUpdate, view
         raise _not_found(submission_id)
     sub.public = change.public
     session.flush()
-    view = crud.submission_view(session, submission_id, settings.sources_public_after)
+    view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
     if view is None:  # a submission whose job is missing: none is written that way
         raise _not_found(submission_id)
     return view
@@ -233,15 +236,16 @@ def _sse(event: str, data: str) -> str:
     "/{submission_id}/events",
     summary="Server-sent events of a submission's status changes",
     response_class=StreamingResponse,
-    responses={**responses(404, 422, 503), 200: {"content": {"text/event-stream": {}}, "description":
+    openapi_extra=OPTIONAL_KEY,
+    responses={**responses(401, 404, 422, 503), 200: {"content": {"text/event-stream": {}}, "description":
                      "`event: status` with the SubmissionOut JSON at every change; the last one has status `done` "
                      "and the verdict, then the stream ends."}},
 )
 async def submission_events(submission_id: str, db: DatabaseDep, settings: SettingsDep, waits: VerdictWaitsDep,
-                            request: Request) -> StreamingResponse:
+                            request: Request, viewer: ViewerDep) -> StreamingResponse:
     def load() -> schemas.SubmissionOut | None:
         with db.transaction(read_only=True) as session:
-            return crud.submission_view(session, submission_id, settings.sources_public_after)
+            return crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
 
     first = await run_in_threadpool(load)
     if first is None:
