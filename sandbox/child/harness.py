@@ -572,8 +572,9 @@ class Child:
         # clock (a patched functools.partial could do a call's work before it is timed).
         run = lambda inputs, m=model: m(*inputs)  # noqa: E731 - a plain closure (above)
         calls = [_timing.Call(self._maker(shape, c.distribution, c.seed), run) for c in cmd.calls]
-        batch = _timing.time_batch(self.clock, calls, keep=armed.keeper, marks=self.marks(model),
-                                   memory=self.memory if not armed.null else None)
+        # The empty calls read the allocator's counters too: an empty batch is the judge's whole own work in a round
+        # trip, the span before its first call included (the parent charges a real one only beyond it).
+        batch = _timing.time_batch(self.clock, calls, keep=armed.keeper, marks=self.marks(model), memory=self.memory)
         self._after_window(batch, armed.keeper)
         self.peak = batch.peak
         return self._batch_reply(batch, batch.inputs)
