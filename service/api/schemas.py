@@ -201,6 +201,25 @@ class Timestamps(BaseModel):
     finished_at: dt.datetime | None = None
 
 
+class HeaderVariant(BaseModel):
+    flags: str = Field(description="The extra_cflags it serves (\"plain\": none).")
+    state: Literal["waiting", "building", "ready", "failed"]
+    seconds: float | None = Field(None, description="What building it took (0 when it was built already).")
+
+
+class SharedHeaders(BaseModel):
+    """A worker's build of the shared precompiled headers (service/worker/headers.py): started with the worker,
+    before the first candidate; a candidate with the flags being built waits for them."""
+
+    state: Literal["building", "done"] = Field(description="`done` once every variant is ready or failed.")
+    ready: int = Field(description="Variants ready, of `total`.")
+    total: int
+    building: str | None = Field(None, description="The flags of the variant being built now.")
+    building_s: float | None = Field(None, description="Seconds that build has run.")
+    variants: list[HeaderVariant]
+    worker: str
+
+
 class SubmissionOut(BaseModel):
     id: str
     task: str
@@ -227,6 +246,9 @@ class SubmissionOut(BaseModel):
     source_public: bool = Field(default=False, description=(
         "Anyone may read its source now: it is `public`, or it was sent before JUDGE_SOURCES_PUBLIC_AFTER, which has "
         "passed. Otherwise only its submitter and the admin key may (GET /v1/submissions/{id}/source)."))
+    shared_headers: SharedHeaders | None = Field(default=None, description=(
+        "While it is not done and a worker is still building the shared precompiled headers: how far (a first C++ "
+        "build waits for its flags' header). Null otherwise."))
 
 
 class SubmissionSummary(BaseModel):
