@@ -11,9 +11,15 @@ Two-stage use (what the service does, so compilation overlaps GPU work)::
     if isinstance(prepared, Verdict): ...                           # rejected before running
     verdict = execute(prepared, device="cuda:0")                     # GPU: correctness + timing
 
+Ahead of the first candidate (a service's worker does this in the background)::
+
+    warm_headers(JudgeConfig().cache_root, "cpu", on_progress=print)   # the shared precompiled headers
+
 Command line: ``python -m sandbox judge --task kl_div --device cuda:0 candidate.py``.
 """
 
+from sandbox.build.warm import WARM_FLAG_SETS, WarmProgress
+from sandbox.build.warm import warm as warm_headers
 from sandbox.config import JudgeConfig
 from sandbox.pipeline import PreparedCandidate, execute, judge, prepare
 from sandbox.verdict import Environment, Performance, Status, TimingStats, TrialResult, Verdict
@@ -27,7 +33,10 @@ __all__ = [
     "TimingStats",
     "TrialResult",
     "Verdict",
+    "WARM_FLAG_SETS",
+    "WarmProgress",
     "execute",
     "judge",
     "prepare",
+    "warm_headers",
 ]

@@ -21,6 +21,10 @@ from pathlib import Path
 import pytest
 
 PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+# Workers and `serve` started by the tests (and in-process workers) build no shared precompiled headers in the
+# background: minutes of g++ per flag set beside the tests' own builds. Each candidate builds the header of its
+# flags on first need, as before; tests/web/test_shared_headers.py turns the background build on.
+os.environ.setdefault("JUDGE_WARM_HEADERS", "off")
 TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "batches", "api_keys", "workers")
 SLOW_FIXTURES = frozenset({
     "db_url",  # a freshly migrated database per test, on SQLite and on the PostgreSQL server

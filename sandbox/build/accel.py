@@ -45,7 +45,6 @@ At most `MAX_VARIANTS` are kept, least recently used first out (each is ~0.3-0.8
 
 from __future__ import annotations
 
-import argparse
 import ast
 import fcntl
 import functools
@@ -68,7 +67,6 @@ from typing import Iterator
 
 import torch
 
-from sandbox.config import JudgeConfig
 from sandbox import supervisor
 
 ACCEL_DIR = "build-accel"
@@ -471,27 +469,3 @@ def preparation(cache_root: Path, target: str, source: str) -> Preparation:
             _touch(variant)
             offered = root
     return Preparation(root=offered, building_s=building_s)
-
-
-def warm(cache_root: Path, target: str, flag_sets: list[tuple[str, ...]] | None = None) -> list[Path]:
-    """Build the usual variants ahead of the first candidate (a deployment step; see scripts/bench/bench_build.py)."""
-    built = []
-    for extra in flag_sets if flag_sets is not None else [(), ("-O2",), ("-O3",)]:
-        compiler, flags = torch_compile_flags(target, extra)
-        variant = build_variant(accel_root(cache_root), compiler, flags)
-        if variant is not None:
-            built.append(variant)
-    return built
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox.build.accel",
-                                     description="Build the precompiled torch/extension.h variants now.")
-    parser.add_argument("--target", choices=["cpu", "cuda"], default="cuda")
-    args = parser.parse_args(argv)
-    for variant in warm(JudgeConfig().cache_root, args.target):
-        print(variant, json.loads((variant / FLAGS_FILE).read_text()).get("seconds"))
-
-
-if __name__ == "__main__":
-    main()

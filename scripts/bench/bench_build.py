@@ -40,6 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sandbox.build import accel as build_accel
+from sandbox.build import warm as build_warm
 from sandbox.build import nvcc_split
 from sandbox.config import JudgeConfig
 from sandbox.pipeline import PreparedCandidate, prepare
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
                          pch_subset=mode != "slim-full-main")
         if mode != "without":
             started = time.monotonic()
-            variants = build_accel.warm(cache_root, args.target, build_accel.wanted_flag_sets(source))
+            variants = build_warm.warm(cache_root, args.target, build_accel.wanted_flag_sets(source))
             warm_s = time.monotonic() - started
             print(f"one-time PCH build: {len(variants)} variant(s) in {warm_s:.1f} s", flush=True)
             report["pch_warm_s"] = round(warm_s, 1)

@@ -209,6 +209,25 @@ class VerdictView(Verdict):
         "sha256 of what was judged; null where the viewer may not read the source (a digest confirms a guess)."))
 
 
+class HeaderVariant(BaseModel):
+    flags: str = Field(description="The extra_cflags it serves (\"plain\": none).")
+    state: Literal["waiting", "building", "ready", "failed"]
+    seconds: float | None = Field(None, description="What building it took (0 when it was built already).")
+
+
+class SharedHeaders(BaseModel):
+    """A worker's build of the shared precompiled headers (service/worker/headers.py): started with the worker,
+    before the first candidate; a candidate with the flags being built waits for them."""
+
+    state: Literal["building", "done"] = Field(description="`done` once every variant is ready or failed.")
+    ready: int = Field(description="Variants ready, of `total`.")
+    total: int
+    building: str | None = Field(None, description="The flags of the variant being built now.")
+    building_s: float | None = Field(None, description="Seconds that build has run.")
+    variants: list[HeaderVariant]
+    worker: str
+
+
 class SubmissionOut(BaseModel):
     id: str
     task: str
@@ -243,6 +262,9 @@ class SubmissionOut(BaseModel):
         "True when this view leaves out what is made of the source (the verdict's diagnosis, compile errors and "
         "log, details, imports, trial messages) and every digest of it: a private submission read without its "
         "submitter's key or the admin key. The status and the figures are all there."))
+    shared_headers: SharedHeaders | None = Field(default=None, description=(
+        "While it is not done and a worker is still building the shared precompiled headers: how far (a first C++ "
+        "build waits for its flags' header). Null otherwise."))
 
 
 class SubmissionSummary(BaseModel):

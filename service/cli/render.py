@@ -53,17 +53,21 @@ class WaitProgress:
         self.started = time.monotonic()
         self.stage = "submitted"
         self.since = self.started
+        self.headers = ""
 
     def update(self, view: models.Submission) -> str:
-        """The line for a change of stage: elapsed seconds, the stage, its queue position where there is one."""
+        """The line for a change of stage: elapsed seconds, the stage, its queue position where there is one, and
+        the shared headers' build while a worker is still at it."""
         now = time.monotonic()
         where = f" (position {view.position})" if view.position is not None else ""
-        self.stage, self.since = f"{view.stage}{where}", now
-        return f"{now - self.started:6.1f} s  {self.stage}"
+        self.headers = f"; {view.shared_headers.line()}" if view.shared_headers else ""
+        if f"{view.stage}{where}" != self.stage:
+            self.stage, self.since = f"{view.stage}{where}", now
+        return f"{now - self.started:6.1f} s  {self.stage}{self.headers}"
 
     def __rich__(self) -> str:
         now = time.monotonic()
-        return f"{self.stage} for {now - self.since:.0f} s ({now - self.started:.0f} s since submitting)"
+        return f"{self.stage} for {now - self.since:.0f} s ({now - self.started:.0f} s since submitting){self.headers}"
 
 
 def verdict_line(verdict: models.Verdict | None) -> str:

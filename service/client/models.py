@@ -90,6 +90,22 @@ class SubmissionAccepted(_View):
     duplicate: bool = False
 
 
+class SharedHeaders(_View):
+    """A worker's build of the shared precompiled headers, while a submission waits on it."""
+
+    state: str = Field(description="building or done")
+    ready: int = 0
+    total: int = 0
+    building: str | None = None
+    """The flags of the variant being built now ("plain": no extra flags)."""
+    building_s: float | None = None
+
+    def line(self) -> str:
+        """"shared headers: building -O2 for 42 s (1 of 3 ready)": what a first build is waiting for."""
+        now = f"building {self.building} for {self.building_s or 0:.0f} s, " if self.building else ""
+        return f"shared precompiled headers: {now}{self.ready} of {self.total} ready"
+
+
 class Submission(_View):
     id: str
     task: str
@@ -107,6 +123,8 @@ class Submission(_View):
     """The submitter made the source public."""
     source_public: bool = False
     """Anyone may read the source now (`public`, or the operator's JUDGE_SOURCES_PUBLIC_AFTER has passed)."""
+    shared_headers: SharedHeaders | None = None
+    """While it waits and a worker still builds the shared precompiled headers: how far (a first build waits)."""
 
     @property
     def done(self) -> bool:

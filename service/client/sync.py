@@ -147,13 +147,16 @@ class JudgeClient:
 
     def wait(self, submission_id: str, *, timeout: float | None = None, poll_s: float = 0.5,
              on_update: Callable[[models.Submission], None] | None = None) -> models.Submission:
-        """Poll until the submission is done; `on_update` sees each change of stage."""
+        """Poll until the submission is done; `on_update` sees each change of stage (and of the shared headers'
+        build it waits on)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last = None
         while True:
             view = self.submission(submission_id)
-            if on_update and (view.stage, view.position) != last:
-                last = (view.stage, view.position)
+            headers = view.shared_headers
+            seen = (view.stage, view.position, headers and (headers.state, headers.building, headers.ready))
+            if on_update and seen != last:
+                last = seen
                 on_update(view)
             if view.done:
                 return view

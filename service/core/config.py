@@ -113,6 +113,11 @@ class Settings(BaseSettings):
     runs of short candidates (~0.5 s each) do not empty the pool. Each costs host memory only (an interpreter
     with torch imported). Unset: four per GPU (GPU_STANDBY), none for the CPU device; N: N per device where
     spares are kept. How many start at once on the host: JUDGE_SPARE_START_SLOTS (sandbox/config.py)."""
+    warm_headers: str = "-O2,plain,-O3"
+    """The shared precompiled headers a worker builds in the background when it starts (sandbox/build/warm.py), one
+    set of extra_cflags per comma, in order (`plain`: no extra flags); `off`: none, each is then built by the first
+    candidate that needs it. A first C++ build otherwise waits minutes for its flags' header on a small host (170 s
+    on a loaded 2-core box); its progress shows in /readyz, the submission's JSON and page, and `submit --wait`."""
     mode: JudgeMode = JudgeMode.SANDBOX
     """"sandbox" (the real judge) or "compile-only" (load tests only; see JudgeMode)."""
     timing_budget_ms: float | None = None
@@ -169,6 +174,19 @@ class Settings(BaseSettings):
             value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
         return value
 
+    @field_validator("warm_headers")
+    @classmethod
+    def _flag_sets(cls, value: str) -> str:
+        for flags in _flag_sets(value):
+            bad = [flag for flag in flags if not flag.startswith("-")]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is no compiler flag: give sets of flags such as -O2,plain,-O3, or off")
+        return value
+
+    def warm_flag_sets(self) -> list[tuple[str, ...]]:
+        """`warm_headers` as the sandbox takes it: one tuple of extra_cflags per variant."""
+        return _flag_sets(self.warm_headers)
+
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'judge.db').resolve()}"
@@ -180,6 +198,12 @@ class Settings(BaseSettings):
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         return [f"cuda:{i}" for i in range(count)] or ["cpu"]
+
+
+def _flag_sets(value: str) -> list[tuple[str, ...]]:
+    if value.strip().lower() in ("off", "none", ""):
+        return []
+    return [() if part.strip() == "plain" else tuple(part.split()) for part in value.split(",")]
 
 
 @functools.cache

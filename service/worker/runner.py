@@ -54,7 +54,7 @@ from service.profiles import store as profile_store
 from service.queue import claims as q
 from service.queue import lengths, wakeup
 from service.queue.states import AttemptOutcome, HeldPhase, JobState, Outcome
-from service.worker import holds, lifeline, registry
+from service.worker import headers, holds, lifeline, registry
 from service.worker.judging import Judge, crash_loop_verdict, judge_config, system_error
 from service.worker.watchdog import HeldJob, StallLimits, Watchdog
 
@@ -141,6 +141,8 @@ class Worker:
         self.watchdog = Watchdog(limits, devices=len(devices))
         self.lengths = lengths.DeviceSeconds(list(devices))
         """Expected device seconds per task, measured and default, and the tasks each device has run."""
+        self.headers = headers.HeaderBuild(settings.warm_flag_sets(), on_change=self.publish)
+        """The shared precompiled headers, built in the background from `run` on (service/worker/headers.py)."""
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -157,6 +159,7 @@ class Worker:
             log.exception("could not register in the workers table")
         # Pre-started children begin now, before the first job is claimed (one pool slot per sandbox device).
         self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
+        self.headers.start(judge_config(self.settings).cache_root, self.target)
         # Woken when another process queues jobs (service/queue/wakeup.py); the poll below stays the safety net.
         listener = wakeup.Listener(self.db.url, self.worker_id, wakeup.QUEUED, lambda _payload: self.wake.set())
         threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True),
@@ -586,7 +589,7 @@ class Worker:
             log.exception("the workers row was not refreshed")
 
     def _row_stats(self) -> dict[str, object]:
-        return {**self.stats.snapshot(), **self.watchdog.snapshot()}
+        return {**self.stats.snapshot(), **self.watchdog.snapshot(), **self.headers.snapshot()}
 
     def _heartbeats(self) -> None:
         interval = max(0.2, self.settings.lease_s / 4)

@@ -144,11 +144,11 @@ def test_entry_modules_are_never_imported_by_the_judge() -> None:
     """An entry module imported by another module of the judge would be two copies in the process that runs it
     (`__main__` and its own name): another class of each exception, objects Integrity does not watch. The
     nvcc driver (build/nvcc_split.py) is run by its file path, outside the package, so it is imported freely; the
-    accelerator builder (build/accel.py) is a library whose `python -m` is an operator's convenience."""
+    shared headers' builder (build/warm.py) is a library whose `python -m` is an operator's convenience."""
     entries = {name for name, path in modules().items()
                if path.name == "__main__.py" or _is_entry(ast.parse(path.read_text()))}
     assert {"sandbox.child.__main__", "sandbox.execution.measure_baselines"} <= entries
-    libraries = {"sandbox.build.nvcc_split", "sandbox.build.accel"}
+    libraries = {"sandbox.build.nvcc_split", "sandbox.build.warm"}
     importers = {name: sorted(targets & (entries - libraries)) for name, targets in import_graph().items()}
     assert {name: found for name, found in importers.items() if found} == {}
 

@@ -20,6 +20,7 @@ from service.db.migrate import head_revision
 from service.core.security import same_secret
 from service.db.models import Job, utcnow
 from service.queue.states import ACTIVE, JobState
+from service.worker import headers
 from service.worker.registry import local_stalls
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,10 @@ def healthz() -> schemas.Health:
             responses={503: {"model": schemas.Health}})
 def readyz(request: Request, db: DatabaseDep, settings: SettingsDep):  # noqa: ANN201
     """Also reports the queue: jobs queued, jobs held by workers, and how many workers hold a live lease now
-    (an idle worker holds none, so 0 does not mean no worker is running). 503 "worker stalled" while the worker
-    that this process runs or started (`kernel-judge serve`'s) has stalled jobs whose threads have not come back."""
+    (an idle worker holds none, so 0 does not mean no worker is running); and `shared_headers`, the running
+    workers' build of the shared precompiled headers (`building` with its progress, then `done`). 503 "worker
+    stalled" while the worker that this process runs or started (`kernel-judge serve`'s) has stalled jobs whose
+    threads have not come back."""
     try:
         with db.transaction(read_only=True) as session:
             revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -58,6 +61,7 @@ def readyz(request: Request, db: DatabaseDep, settings: SettingsDep):  # noqa: A
             workers = session.scalar(select(func.count(func.distinct(Job.worker_id))).where(
                 Job.state.in_(ACTIVE), Job.lease_expires_at > utcnow()))
             stalls = local_stalls(session)
+            shared_headers = headers.progress(session)
     except Exception as exc:  # noqa: BLE001 -- any database failure means "not ready"
         log.warning("readyz: the database failed: %s", exc)
         detail = {"reason": DATABASE_UNAVAILABLE}
@@ -78,5 +82,7 @@ def readyz(request: Request, db: DatabaseDep, settings: SettingsDep):  # noqa: A
         return JSONResponse(status_code=503, content={"status": "worker stalled", "detail": {
             "reason": "the local worker holds jobs stuck far past their phase's limit; they went back to the queue "
                       "and its thread stacks are in its log; restart it", "stalled": stalls}})
-    return schemas.Health(status="ready", detail={"revision": revision, "queued": queued, "held": held,
-                                                  "busy_workers": workers})
+    detail = {"revision": revision, "queued": queued, "held": held, "busy_workers": workers}
+    if shared_headers is not None:  # a first C++ build waits for these: say how far they are
+        detail["shared_headers"] = shared_headers.model_dump()
+    return schemas.Health(status="ready", detail=detail)

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
 
 from sandbox.needs import needs
 from sandbox.verdict import Status
@@ -27,6 +28,7 @@ from service.db.session import Database
 from service.queue import capability
 from service.queue.states import PublicStatus
 from service.visibility import can_see_source
+from service.worker import headers
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
 
@@ -111,6 +113,13 @@ def _status(db: Database, sub_id: str) -> PublicStatus:
     return view.status
 
 
+def _with_headers(session: Session, view: schemas.SubmissionOut) -> schemas.SubmissionOut:
+    """The view with the shared headers' build while it waits and a worker is still at it (a first build waits)."""
+    if view.status not in (PublicStatus.DONE, PublicStatus.CANCELLED):
+        view.shared_headers = headers.still_building(session)
+    return view
+
+
 def _not_found(sub_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {sub_id!r}")
 
@@ -154,7 +163,7 @@ def read_submission(submission_id: str, viewer: ViewerDep, session: ReadSessionD
     view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
     if view is None:
         raise _not_found(submission_id)
-    return view
+    return _with_headers(session, view)
 
 
 @router.patch("/{submission_id}", response_model=schemas.SubmissionOut,
@@ -245,7 +254,8 @@ async def submission_events(submission_id: str, db: DatabaseDep, settings: Setti
                             request: Request, viewer: ViewerDep) -> StreamingResponse:
     def load() -> schemas.SubmissionOut | None:
         with db.transaction(read_only=True) as session:
-            return crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
+            view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
+            return None if view is None else _with_headers(session, view)
 
     first = await run_in_threadpool(load)
     if first is None:
@@ -255,7 +265,8 @@ async def submission_events(submission_id: str, db: DatabaseDep, settings: Setti
         view, last, deadline, quiet = first, None, time.monotonic() + settings.sse_max_s, time.monotonic()
         yield "retry: 2000\n\n"
         while True:
-            key = (view.stage, view.position)
+            building = view.shared_headers
+            key = (view.stage, view.position, building and (building.state, building.building, building.ready))
             if key != last:
                 last, quiet = key, time.monotonic()
                 yield _sse("status", view.model_dump_json())
