@@ -5,7 +5,7 @@ on a loaded host spends that wall time doing nothing of the candidate's. `StallW
 tree while the parent waits for its answer and sorts each interval between two samples:
 
 - the host's, when a process of the tree is stopped (state T or t), or when one is runnable (R) while the tree
-  ran for less than half of the interval on any CPU: it wanted the CPU and did not get it;
+  ran for next to none of the interval (`STARVED_CPU_SHARE`): it wanted the CPU and did not get it;
 - the candidate's otherwise: it computed (a template bomb keeps its compiler busy), or every process slept
   (a candidate that sleeps at import chose to).
 
@@ -28,8 +28,10 @@ SAMPLE_S = 0.2
 HOST_SHARE = 0.25
 """Of the wall time, the share the host must have taken for a timed-out build to be its stall: a quarter of the
 limit lost is far beyond sampling error, and a candidate slow on its own gets its `timeout` on an idle host."""
-STARVED_CPU_SHARE = 0.5
-"""A runnable tree that ran less than this share of an interval was waiting for a CPU."""
+STARVED_CPU_SHARE = 0.1
+"""A runnable tree that ran less than this share of an interval (of one CPU) got next to none: the host's. A tree
+that got more was slowed by a loaded host but computed: charged, since its limit outlasts a build's CPU many times
+over (a 2-core host at load 8-9 gives one busy process about a quarter of a CPU, a quarter of each interval)."""
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 

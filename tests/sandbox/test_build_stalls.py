@@ -22,6 +22,7 @@ from .conftest import CORPUS
 HONEST = (CORPUS / "cpu" / "kl_div_cpp_correct.py").read_text()
 TORCH_ONLY = (CORPUS / "cpu" / "kl_div_torch_only.py").read_text()
 SHORT_LIMIT_S = 6.0
+OWN_LIMIT_S = 12.0
 
 
 def _build_child_tree() -> dict[int, tuple[str, int, float]]:
@@ -76,10 +77,13 @@ def test_a_stopped_build_child_is_the_hosts_stall_then_the_candidates_true_verdi
 
 
 def test_a_candidate_that_burns_or_sleeps_through_the_limit_gets_its_timeout(judge_config, tmp_path: Path) -> None:
-    """Its time was its own: busy on the CPU (the limit's time spent computing at import), or asleep by choice."""
-    config = replace(judge_config, build_root=tmp_path / "builds", compile_timeout_s=SHORT_LIMIT_S)
-    for name, stall in (("burns", "x = 0\nwhile True:\n    x += 1\n"), ("sleeps", "import time\ntime.sleep(600)\n")):
+    """Its time was its own: busy on the CPU (the limit's time spent computing at import), or asleep by choice.
+    Measured on this shared 2-core machine at load 8-9, where the busy child gets about a quarter of a CPU: slowed
+    by the host, not starved by it (sandbox/build/stall.py STARVED_CPU_SHARE), so charged."""
+    config = replace(judge_config, build_root=tmp_path / "builds", compile_timeout_s=OWN_LIMIT_S)
+    burns = "x = 0\nwhile True:\n    x += 1\n"
+    for name, stall in (("burns", burns), ("sleeps", "import time\ntime.sleep(600)\n")):
         source = TORCH_ONLY.replace("import torch\n", f"import torch\n{stall}", 1)
         verdict = prepare("kl_div", source, target="cpu", config=config)
         assert isinstance(verdict, Verdict) and verdict.status is Status.TIMEOUT, (name, verdict)
-        assert "did not finish within 6 s" in verdict.diagnosis
+        assert "did not finish within 12 s" in verdict.diagnosis
