@@ -20,8 +20,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sandbox.isolation import SandboxedProcess
 
 SAMPLE_S = 0.2
 """Between two looks at the tree: short against any compile limit, cheap (a few /proc reads)."""
@@ -94,7 +99,7 @@ def _tree(root: int) -> dict[int, tuple[str, int, float]]:
 class StallWatch:
     """Samples a sandboxed process's tree (sandbox/isolation.py `SandboxedProcess`) on a thread until `stop`."""
 
-    def __init__(self, process: object, clock=time.monotonic) -> None:
+    def __init__(self, process: SandboxedProcess, clock: Callable[[], float] = time.monotonic) -> None:
         self._process = process
         self._clock = clock
         self._stop = threading.Event()
@@ -106,7 +111,7 @@ class StallWatch:
 
     def _sample(self) -> tuple[set[str], float | None]:
         """The states of the tree's processes, and the tree's CPU seconds so far."""
-        cgroup = getattr(self._process, "cgroup", None)
+        cgroup = self._process.cgroup
         if cgroup is not None:
             states = {s[0] for s in filter(None, (_stat(pid) for pid in cgroup.pids()))}
             used = cgroup.cpu_usage_ns()
