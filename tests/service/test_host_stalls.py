@@ -56,9 +56,11 @@ class StoppedOnce(SandboxJudge):
 
 
 @pytest.mark.timeout(600)
-def test_a_stopped_build_is_judged_again_to_the_candidates_verdict(db, db_url, client, judge_dirs, caplog):
+def test_a_stopped_build_is_judged_again_to_the_candidates_verdict(db, db_url, client, judge_dirs, caplog,
+                                                                   tmp_path: Path):
     caplog.set_level("INFO")
-    roots = {"build_root": Path(judge_dirs["JUDGE_BUILD_ROOT"]), "cache_root": Path(judge_dirs["JUDGE_CACHE_ROOT"])}
+    # A build root of its own: a stored build of the same source (the other database's run) would need no child.
+    roots = {"build_root": tmp_path / "builds", "cache_root": Path(judge_dirs["JUDGE_CACHE_ROOT"])}
     with db.transaction() as session:
         key = crud.create_key(session, "stalls")[0]
         sub = crud.create_submission(session, key, SubmissionCreate(task=corpus_meta(CANDIDATE)["task"],
