@@ -22,6 +22,7 @@ from reference import Task, TaskId, get_task
 from sandbox.build import advice as build_advice
 from sandbox.build import compiler
 from sandbox.build import errors as compile_errors
+from sandbox.build.stall import StallWatch
 from sandbox import isolation
 from sandbox import protocol as msg
 from sandbox import static_checks
@@ -163,9 +164,10 @@ def _rejection(result: compiler.BuildResult, task_id: TaskId, target: str, code_
     `sent_offset`: lines of the text as sent before the judged module (a completion's prose), for the errors'
     `sent_line`; `pch_note`: what building the host's shared headers added to this build's time."""
     if result.infrastructure:
+        stall = {"stall": result.stall} if result.stall else {}
         return _verdict(Status.SYSTEM_ERROR, f"the build failed for reasons of the judge's: {result.infrastructure}",
                         task_id, target, code_sha256, details={"stage": "compile",
-                                                               "infrastructure": result.infrastructure},
+                                                               "infrastructure": result.infrastructure, **stall},
                         **fields)
     if result.broken_protocol:
         return _verdict(Status.COMPILE_ERROR, "the build stage's result channel carried a message that is not the "
@@ -255,11 +257,16 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
                                extra_binds=binds, source=paths.source, wall_s=config.compile_timeout_s + 30)
     except (isolation.IsolationError, OSError) as exc:
         return ours(f"the build sandbox could not start: {exc}")
+    watch = StallWatch(session.process)
     try:
         reply = session.receive(config.compile_timeout_s)
     except ChildFailure as failure:
         error = {"type": failure.kind, "message": str(failure)}
         if failure.kind == "timeout":
+            seen = watch.stop()
+            if seen.stalled:  # the limit's time went to the host (sandbox/build/stall.py), not to the candidate
+                return replace(ours(f"the host stalled the build: {seen.describe()}", failure.stderr, error),
+                               stall=seen.to_dict())
             return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
                                      seconds=time.monotonic() - started, error=error, timed_out=True)
         if failure.flooded:
@@ -284,6 +291,7 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
                                     seconds=time.monotonic() - started,
                                  error=error)
     finally:
+        watch.stop()
         session.close()
     log = session.stderr()
     try:

@@ -237,6 +237,9 @@ class BuildResult:
     fields): worked out once, from the build directory as the build left it, and stored with the outcome."""
     pch_building_s: float = 0.0
     """Of `seconds`, those spent building the host's shared precompiled headers first: this build's, not stored."""
+    stall: dict | None = None
+    """Where the build ran out of time while the host stopped or starved it (sandbox/build/stall.py
+    `StallReport.to_dict`): with `infrastructure`, the host's stall, never stored."""
     build_id: str = ""
     """Names this one build of its key (`store_result` sets it): what `forget` checks before removing a build."""
     cached: bool = False

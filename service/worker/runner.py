@@ -344,7 +344,11 @@ class Worker:
             result = system_error(claim.task_id, self.target, claim.text_sha256, "prepare", exc)
         self.stats.observe("compile", time.monotonic() - started)  # compile errors included
         if isinstance(result, Verdict):
+            if result.details.get("stall"):  # the host's, not the candidate's: retried (sandbox/build/stall.py)
+                self.watchdog.host_stall(HeldPhase.COMPILING, claim.job_id, result.details["stall"])
             self._finish(claim, result)
+            if result.details.get("stall"):
+                self.publish()
             return
         if self.stopping.is_set():
             self._release(claim)

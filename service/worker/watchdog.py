@@ -16,6 +16,9 @@ jobs newly found so in a round:
    503 while `stalled` is not empty (service.worker.registry.local_stalls), and /metrics exports
    judge_worker_stalled_jobs and judge_stalls_total (service.observability.metrics).
 
+A stage that comes back in time but whose limit ran while the host stopped or starved its child (`host_stall`,
+sandbox/build/stall.py) is counted with its phase's stalls too; its job is retried as a system_error.
+
 A stall lasts until the thread stuck in it comes back (`returned`; what it brings is discarded, the job being no
 longer ours). A thread stuck for good keeps the worker not ready until the worker is restarted; meanwhile its
 slot stays taken (a stuck compile thread still counts as compiling; a stuck executor is subtracted from the
@@ -181,6 +184,16 @@ class Watchdog:
                     self._counts[job.phase.value] = self._counts.get(job.phase.value, 0) + 1
                     found.append(stall)
         return found
+
+    def host_stall(self, phase: HeldPhase, job_id: str, seen: dict[str, float]) -> None:
+        """A stage that ended in the host's stall (sandbox/build/stall.py: its child stopped or starved while its
+        limit ran) rather than in the candidate's verdict: counted with the stalls of its phase, so /metrics'
+        judge_stalls_total shows a host that stops or starves its builds; the job itself is retried as a
+        system_error, never given the candidate's timeout."""
+        with self._lock:
+            self._counts[phase.value] = self._counts.get(phase.value, 0) + 1
+        log.error("watchdog: job %s's %s stage ran out of time while the host stopped or starved it (%s); it is "
+                  "judged again", job_id, phase.value, ", ".join(f"{k} {v}" for k, v in seen.items()))
 
     def returned(self, token: str) -> None:
         """The thread that held this claim came back: its stall, if it was one, is over."""
