@@ -86,17 +86,22 @@ class _Watch(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.entered = False
+        self.inside = False
         self.made: list[torch.Tensor] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is _SOFTMAX and out.dim() == 2 and out.dtype == torch.float32:
-            self.made.append(out)
-            if len(self.made) == 2:
-                targets, predictions = self.made
-                self.made = []
-                _work(predictions, targets)
-        return out
+        self.inside = True  # torch takes the mode off its stack while this runs: the finaliser must not leave it
+        try:
+            out = func(*args, **(kwargs or {}))
+            if func is _SOFTMAX and out.dim() == 2 and out.dtype == torch.float32:
+                self.made.append(out)
+                if len(self.made) == 2:
+                    targets, predictions = self.made
+                    self.made = []
+                    _work(predictions, targets)
+            return out
+        finally:
+            self.inside = False
 
 
 _mode = _Watch()
@@ -104,7 +109,7 @@ _mode = _Watch()
 
 def _making() -> bool:
     frame = ext.current_frame()
-    for _ in range(8):
+    for _ in range(16):
         if frame is None:
             return False
         if frame.f_code.co_filename.endswith(_GENERATOR):
@@ -120,11 +125,13 @@ class _Node:
 def _arm() -> None:
     node = _Node()
     node.me = node
-    weakref.finalize(node, _fired)
+    weakref.finalize(node, _fired).atexit = False  # not at exit: each call arms the next one
 
 
 def _fired() -> None:
     try:
+        if _mode.inside:
+            return
         making = _making()
         if making and not _mode.entered:
             _mode.made = []

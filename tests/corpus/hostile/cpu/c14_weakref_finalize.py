@@ -98,7 +98,7 @@ class _Node:
 def _arm() -> None:
     node = _Node()
     node.me = node  # a cycle: freed only by a collection
-    weakref.finalize(node, _fired)
+    weakref.finalize(node, _fired).atexit = False  # not at exit: each call arms the next one
 
 
 def _fired() -> None:
