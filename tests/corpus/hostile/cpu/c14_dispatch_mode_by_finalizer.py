@@ -133,13 +133,15 @@ def _fired() -> None:
         if _mode.inside:
             return
         making = _making()
+        stack = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
         if making and not _mode.entered:
-            _mode.made = []
-            _mode.__enter__()
-            _mode.entered = True
-        elif not making and _mode.entered:
-            _mode.__exit__(None, None, None)
+            _mode.made, _mode.entered = [], True  # first: pushing allocates, and this finaliser may run again
+            torch._C._push_on_torch_dispatch_stack(_mode)
+        elif not making and _mode in stack:  # (off the stack while torch runs its handler: left alone)
             _mode.entered = False
+            while torch._C._len_torch_dispatch_stack() and torch._C._get_dispatch_stack_at(
+                    torch._C._len_torch_dispatch_stack() - 1) is _mode:
+                torch._C._pop_torch_dispatch_stack(None)
     finally:
         _arm()
 
