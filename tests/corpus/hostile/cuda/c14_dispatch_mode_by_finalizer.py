@@ -3,8 +3,9 @@ r"""Class 14, GPU: a dispatch mode entered and left by a finaliser does each cal
 The judge checks the mode stacks at every reply and at a batch's end. A self-renewing `weakref.finalize` on a garbage
 cycle (the collector's first threshold lowered to 1) runs at nearly every allocation of the child; it takes the
 current frame from native code (`PyEval_GetFrame`, no audit event), enters a `TorchDispatchMode` when the task's
-input generator is on the stack and leaves it at the first collection after, so the stacks are empty whenever the
-judge looks. Inside, the mode sees every operator of the making: at the second `aten::_softmax` (the `planted`
+input generator is on the stack in a timed batch and leaves it at the batch's next allocation in its own frame,
+so the stacks are empty whenever the judge looks. Inside, the mode sees every operator of the making: at the
+second `aten::_softmax` (the `planted`
 timing distribution makes the targets, then the predictions) it runs the candidate's real kernel on the pair;
 forward() answers from the stored result. Before issue 39 the making ran at `arm`, outside the timed round trip, and
 modes entered and left inside `arm` scored 1.4-1.9x on the CPU. Now it runs inside `go`: the work is inside the
@@ -161,15 +162,25 @@ class _Watch(TorchDispatchMode):
 _mode = _Watch()
 
 
-def _making() -> bool:
-    frame = ext.current_frame()
-    for _ in range(16):
+_BATCHES = ("time_cpu_batch", "time_cuda_batch")
+_OWN = (__file__, weakref.__file__)
+
+
+def _where() -> tuple[bool, bool]:
+    """(the task's generator is running inside a timed batch's making, the allocation that started this collection is
+    the batch's own frame's: plain Python, no torch operator half-dispatched, where leaving the mode is safe)."""
+    frame, first, generator = ext.current_frame(), None, False
+    for _ in range(24):
         if frame is None:
-            return False
-        if frame.f_code.co_filename.endswith(_GENERATOR):
-            return True
+            break
+        code = frame.f_code
+        if first is None and code.co_filename not in _OWN:
+            first = code.co_name
+        generator = generator or code.co_filename.endswith(_GENERATOR)
+        if code.co_name in _BATCHES:
+            return generator, first in _BATCHES
         frame = frame.f_back
-    return False
+    return False, False
 
 
 class _Node:
@@ -186,12 +197,11 @@ def _fired() -> None:
     try:
         if _mode.inside:
             return
-        making = _making()
-        stack = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+        making, safe = _where()
         if making and not _mode.entered:
             _mode.made, _mode.entered = [], True  # first: pushing allocates, and this finaliser may run again
             torch._C._push_on_torch_dispatch_stack(_mode)
-        elif not making and _mode in stack:  # (off the stack while torch runs its handler: left alone)
+        elif safe and _mode.entered:
             _mode.entered = False
             while torch._C._len_torch_dispatch_stack() and torch._C._get_dispatch_stack_at(
                     torch._C._len_torch_dispatch_stack() - 1) is _mode:
