@@ -12,13 +12,15 @@ it out is refused.
 Python 3.11 has no sys.monitoring: there the same callback is offered to `sys.setprofile` (its "return"
 events carry the same value), which the judge's audit hook refuses and records. The 3.12 path runs on the GPU hosts.
 
-On the GPU the work is device work between the batch's lead and its first call's start event,
-beyond the judge's own making of the same inputs: charged to the calls (`unattributed_work`), or
-refused by the CPU-time or wall-clock bounds first.
+The callback fires for every making of inputs, the correctness trials' too, so there forward() answers from the
+store and runs none of the candidate's compiled code: the custom-kernel rule refuses it before any timing (an H200,
+2026-11-28, docs/results/integrity-v4-h200-2026-11-28.md). Had it spared the trials, its timed work would be device
+work between the batch's lead and its first call's start event, beyond the judge's own making of the same inputs,
+charged to the calls (`unattributed_work`) or refused by the CPU-time or wall-clock bounds first, as its siblings are.
 
-expect: tamper_detected
+expect: policy_violation
 task: kl_div
-diagnosis: (far below what the judge|device work the judge did not ask for|clock unexplained|own wall clock saw)
+diagnosis: ran no code the candidate compiled
 """
 import sys  # noqa: F401 - the trigger blocks below use it where they need it
 import weakref
