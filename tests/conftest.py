@@ -40,7 +40,8 @@ PROCESS_FIXTURES = frozenset({"spawn", "live_api"})
 
 LONGEST_FILES = ("sandbox/test_corpus.py", "sandbox/test_accelerators_differential.py", "service/test_burst.py",
                  "service/test_drills.py", "sandbox/test_compile_errors.py", "sandbox/test_build_accel.py",
-                 "sandbox/test_warm_children.py")
+                 "sandbox/test_warm_children.py", "sandbox/test_shared_build_cache.py", "service/test_fake_model.py",
+                 "sandbox/test_build_stalls.py", "web/test_shared_headers.py")
 """The test files that take longest (2-15 minutes each on a 2-core machine), run first: CI spreads whole files
 over two processes (`-n 2 --dist loadfile`, README.md), and a long file handed out last would run alone at the
 end while the other process sits idle."""
