@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,8 @@ from service.api.verdict_waits import VerdictWaits
 from service.db.models import Job
 from service.db.session import Database
 from service.queue.states import JobState
+
+log = logging.getLogger(__name__)
 
 SUBSCRIBER_BACKLOG = 8
 """Views a subscriber may leave unread; past it the oldest is dropped (only the latest matters to a stream)."""
@@ -156,7 +159,12 @@ class StreamHub:
             if not watched:
                 break
             seen = {sid: _Seen(s.state, s.queued) for sid, s in self._seen.items()}
-            views, now_seen = await run_in_threadpool(self._look, watched, seen)
+            try:
+                views, now_seen = await run_in_threadpool(self._look, watched, seen)
+            except Exception:  # noqa: BLE001 - a database outage: the streams wait, the next look tries again
+                log.warning("event streams: reading the watched submissions failed; trying again in %.1f s",
+                            self._poll_s, exc_info=True)
+                continue
             for sid, view in views.items():
                 for sub in self._subs.get(sid, ()):
                     sub.hand(view)
