@@ -5,8 +5,9 @@ streams took a whole core (issue 41). Now the streams subscribe here, and one ta
 all of them: it wakes when a verdict is announced (service/api/verdict_waits.py) or every `sse_poll_s`, reads
 in one transaction the state of the watched jobs and the count of queued jobs (two small queries, however many
 streams are open), and loads a submission's full view only when what a stream shows changed: its job's state,
-or its queue position, which moves only when the number of queued jobs does. Every subscriber of that
-submission gets the one view. An idle stream then costs nothing of its own but a keep-alive line every 15 s.
+or its queue position, which moves only when the number of queued jobs does. The subscribers of
+a submission with the same viewer share one view. An idle stream costs nothing of its own but a keep-alive
+line every 15 s.
 
 The hub also counts each key's open streams (`Settings.sse_max_streams_per_key`): a stream is a connection
 and a subscription held for up to `sse_max_s`, so one client must not open them without bound.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from service import crud
 from service.api import schemas
@@ -30,9 +32,12 @@ from service.api.verdict_waits import VerdictWaits
 from service.db.models import Job
 from service.db.session import Database
 from service.queue.states import JobState
+from service.visibility import Viewer
 
 log = logging.getLogger(__name__)
 
+Group = tuple[str, Viewer]
+"""Streams that share one view: the submission they follow, and who asks."""
 SUBSCRIBER_BACKLOG = 8
 """Views a subscriber may leave unread; past it the oldest is dropped (only the latest matters to a stream)."""
 
@@ -44,8 +49,14 @@ class Subscription:
     submission_id: str
     judged_id: str
     """The submission whose job and verdict it shows: itself, or the one it duplicates."""
+    viewer: Viewer
+    """Who asks: streams share a view only with those who may see the same (service/visibility.py)."""
     views: asyncio.Queue[schemas.SubmissionOut] = field(
         default_factory=lambda: asyncio.Queue(SUBSCRIBER_BACKLOG))
+
+    @property
+    def group(self) -> Group:
+        return self.submission_id, self.viewer
 
     def wake_keys(self) -> set[str]:
         return {f"s:{self.submission_id}", f"s:{self.judged_id}"}
@@ -78,8 +89,8 @@ class StreamHub:
     def __init__(self, db: Database, poll_s: float, public_after: dt.datetime | None,
                  waits: VerdictWaits | None) -> None:
         self._db, self._poll_s, self._public_after, self._waits = db, poll_s, public_after, waits
-        self._subs: dict[str, set[Subscription]] = {}
-        self._seen: dict[str, _Seen] = {}
+        self._subs: dict[Group, set[Subscription]] = {}
+        self._seen: dict[Group, _Seen] = {}
         self._open: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._registered: set[str] = set()
@@ -110,12 +121,12 @@ class StreamHub:
 
     # --- subscriptions ------------------------------------------------------------------------------------
 
-    def subscribe(self, first: schemas.SubmissionOut) -> Subscription:
-        """Follow the submission whose current view (`first`, already sent by the caller) is given."""
-        sub = Subscription(first.id, first.duplicate_of or first.id)
-        followers = self._subs.setdefault(sub.submission_id, set())
+    def subscribe(self, first: schemas.SubmissionOut, viewer: Viewer) -> Subscription:
+        """Follow, as `viewer`, the submission whose current view (`first`, already sent by the caller) is given."""
+        sub = Subscription(first.id, first.duplicate_of or first.id, viewer)
+        followers = self._subs.setdefault(sub.group, set())
         if not followers:
-            self._seen[sub.submission_id] = _Seen(first.stage, None)
+            self._seen[sub.group] = _Seen(first.stage, None)
         followers.add(sub)
         self._sync_wake_keys()
         if self._task is None or self._task.done():
@@ -124,13 +135,13 @@ class StreamHub:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        followers = self._subs.get(sub.submission_id)
+        followers = self._subs.get(sub.group)
         if followers is None:
             return
         followers.discard(sub)
         if not followers:
-            del self._subs[sub.submission_id]
-            self._seen.pop(sub.submission_id, None)
+            del self._subs[sub.group]
+            self._seen.pop(sub.group, None)
         self._sync_wake_keys()
 
     def _sync_wake_keys(self) -> None:
@@ -155,40 +166,44 @@ class StreamHub:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._poll_s)
             self._wake.clear()
-            watched = {sid: next(iter(subs)).judged_id for sid, subs in self._subs.items() if subs}
+            watched = {group: next(iter(subs)).judged_id for group, subs in self._subs.items() if subs}
             if not watched:
                 break
-            seen = {sid: _Seen(s.state, s.queued) for sid, s in self._seen.items()}
+            seen = {group: _Seen(s.state, s.queued) for group, s in self._seen.items()}
             try:
                 views, now_seen = await run_in_threadpool(self._look, watched, seen)
             except Exception:  # noqa: BLE001 - a database outage: the streams wait, the next look tries again
                 log.warning("event streams: reading the watched submissions failed; trying again in %.1f s",
                             self._poll_s, exc_info=True)
                 continue
-            for sid, view in views.items():
-                for sub in self._subs.get(sid, ()):
+            for group, view in views.items():
+                for sub in self._subs.get(group, ()):
                     sub.hand(view)
-            for sid, now in now_seen.items():
-                if sid in self._seen:
-                    self._seen[sid] = now
+            for group, now in now_seen.items():
+                if group in self._seen:
+                    self._seen[group] = now
 
-    def _look(self, watched: dict[str, str], seen: dict[str, _Seen]
-              ) -> tuple[dict[str, schemas.SubmissionOut], dict[str, _Seen]]:
+    def _look(self, watched: dict[Group, str], seen: dict[Group, _Seen]
+              ) -> tuple[dict[Group, schemas.SubmissionOut], dict[Group, _Seen]]:
         """One read for every watched submission (a thread): the views that changed, and what was seen."""
         with self._db.transaction(read_only=True) as session:
             states = dict(session.execute(select(Job.submission_id, Job.state).where(
                 Job.submission_id.in_(set(watched.values())))).all())
             queued = session.scalar(select(func.count()).select_from(Job).where(Job.state == JobState.QUEUED)) or 0
-            views: dict[str, schemas.SubmissionOut] = {}
-            now_seen: dict[str, _Seen] = {}
-            for sid, judged in watched.items():
+            views: dict[Group, schemas.SubmissionOut] = {}
+            now_seen: dict[Group, _Seen] = {}
+            for group, judged in watched.items():
                 state = states.get(judged)
-                before = seen.get(sid, _Seen(None, None))
-                now_seen[sid] = _Seen(state, queued)
+                before = seen.get(group, _Seen(None, None))
+                now_seen[group] = _Seen(state, queued)
                 moved = state is JobState.QUEUED and before.queued != queued
                 if state != before.state or moved:
-                    view = crud.submission_view(session, sid, self._public_after)
+                    view = self._view(session, *group)
                     if view is not None:
-                        views[sid] = view
+                        views[group] = view
             return views, now_seen
+
+    def _view(self, session: Session, submission_id: str, viewer: Viewer) -> schemas.SubmissionOut | None:
+        """The submission's view as `viewer` may see it; each group of streams gets its own."""
+        return crud.submission_view(session, submission_id, self._public_after)
 

@@ -265,7 +265,7 @@ async def submission_events(submission_id: str, db: DatabaseDep, settings: Setti
     if first is None:
         release()
         raise _not_found(submission_id)
-    sub = hub.subscribe(first)
+    sub = hub.subscribe(first, viewer)
 
     def close() -> None:
         hub.unsubscribe(sub)
