@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service.api import errors
+from service.api.stream_hub import StreamHub
 from service.api.verdict_waits import VerdictWaits
 from service.api.routes import health, keys, leaderboard, submissions, tasks
 from service.api.routes import admin, judging
@@ -35,7 +36,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         waits = VerdictWaits()
         waits.start(settings.db_url)  # event streams and reward calls wake when their verdict is stored
         app.state.verdict_waits = waits
+        # every event stream of this process is watched by one task (issue 41)
+        app.state.stream_hub = StreamHub(app.state.db, settings.sse_poll_s, settings.sources_public_after, waits)
         yield
+        await app.state.stream_hub.close()
         waits.close()
         app.state.db.dispose()
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from reference import Task, UnknownTask, all_tasks, get_task
 from service import crud
+from service.api.stream_hub import StreamHub
 from service.api.verdict_waits import VerdictWaits
 from service.core.config import Settings
 from service.core.security import same_secret
@@ -33,9 +34,20 @@ def get_verdict_waits(request: Request) -> VerdictWaits | None:
     return getattr(request.app.state, "verdict_waits", None)
 
 
+def get_stream_hub(request: Request) -> StreamHub:
+    """The app's hub; where the app runs without its lifespan, one made on first need (streams then only poll)."""
+    hub = getattr(request.app.state, "stream_hub", None)
+    if hub is None:
+        settings = request.app.state.settings
+        hub = StreamHub(request.app.state.db, settings.sse_poll_s, settings.sources_public_after, None)
+        request.app.state.stream_hub = hub
+    return hub
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_db)]
 VerdictWaitsDep = Annotated[VerdictWaits | None, Depends(get_verdict_waits)]
+StreamHubDep = Annotated[StreamHub, Depends(get_stream_hub)]
 
 
 def get_read_session(db: DatabaseDep) -> Iterator[Session]:

@@ -49,23 +49,29 @@ class VerdictWaits:
         for event in self._waiting.get(payload, ()):
             event.set()
 
+    def add(self, keys: Iterable[str], event: asyncio.Event) -> None:
+        """Set `event` whenever a verdict for one of `keys` is announced, until `discard`."""
+        for key in keys:
+            self._waiting.setdefault(key, set()).add(event)
+
+    def discard(self, keys: Iterable[str], event: asyncio.Event) -> None:
+        for key in keys:
+            waiters = self._waiting.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiting[key]
+
     async def wait(self, keys: Iterable[str], timeout_s: float) -> None:
         """Return when a verdict for one of `keys` is announced, or after `timeout_s` (the poll)."""
         event = asyncio.Event()
         keys = list(keys)
-        for key in keys:
-            self._waiting.setdefault(key, set()).add(event)
+        self.add(keys, event)
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout_s)
         finally:
-            for key in keys:
-                waiters = self._waiting.get(key)
-                if waiters is not None:
-                    waiters.discard(event)
-                    if not waiters:
-                        del self._waiting[key]
-
+            self.discard(keys, event)
 
 async def wait_for_verdict(waits: VerdictWaits | None, keys: Iterable[str], timeout_s: float) -> None:
     """`waits.wait`, or a plain sleep where the app runs without its lifespan (`deps.get_verdict_waits`)."""

@@ -152,6 +152,11 @@ class Settings(BaseSettings):
     it at once (service/api/verdict_waits.py), so this paces the stage changes in between."""
     sse_max_s: float = 3600.0
     """An event stream closes after this long even when the job is not done (the client reconnects)."""
+    sse_max_streams_per_key: int = Field(default=20, ge=1)
+    """Most event streams (GET /v1/submissions/{id}/events) one caller may hold open at once in one API process,
+    counted per API key (per client address without a key); one more answers 429 saying so. A stream holds a
+    connection for up to sse_max_s, though idle it costs no database reads of its own (service/api/stream_hub.py).
+    To follow many submissions, follow their batch (GET /v1/batches/{id}) or GET each one instead."""
 
     # --- batches and rewards (service.batches) -------------------------------------------------
     max_batch_bytes: int = 64 * 1024 * 1024

@@ -3,32 +3,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from sqlalchemy.orm import Session
 
 from sandbox.needs import needs
 from sandbox.verdict import Status
 from service import crud
 from service.api import schemas
 from service.api.deps import (OPTIONAL_KEY, CurrentKey, DatabaseDep, ReadSessionDep, SessionDep, SettingsDep,
-                              VerdictWaitsDep, ViewerDep)
+                              StreamHubDep, ViewerDep)
 from service.api.errors import responses
 from service.api.submission_body import REQUEST_BODY, SubmissionBody
-from service.api.verdict_waits import wait_for_verdict
+from service.api.stream_hub import with_shared_headers, Subscription, TooManyStreams
 from service.core.config import Settings
 from service.core.ratelimit import lock_key, spend_token
 from service.db.models import ApiKey
 from service.db.session import Database
 from service.queue import capability
 from service.queue.states import PublicStatus
-from service.visibility import can_see_source
-from service.worker import headers
+from service.visibility import Viewer, can_see_source
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
 
@@ -113,13 +112,6 @@ def _status(db: Database, sub_id: str) -> PublicStatus:
     return view.status
 
 
-def _with_headers(session: Session, view: schemas.SubmissionOut) -> schemas.SubmissionOut:
-    """The view with the shared headers' build while it waits and a worker is still at it (a first build waits)."""
-    if view.status not in (PublicStatus.DONE, PublicStatus.CANCELLED):
-        view.shared_headers = headers.still_building(session)
-    return view
-
-
 def _not_found(sub_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {sub_id!r}")
 
@@ -163,7 +155,7 @@ def read_submission(submission_id: str, viewer: ViewerDep, session: ReadSessionD
     view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
     if view is None:
         raise _not_found(submission_id)
-    return _with_headers(session, view)
+    return with_shared_headers(session, view)
 
 
 @router.patch("/{submission_id}", response_model=schemas.SubmissionOut,
@@ -237,6 +229,10 @@ def read_source(submission_id: str, viewer: ViewerDep, session: ReadSessionDep, 
                                     text_sha256=sub.text_sha256, source_sha256=sub.text_sha256)
 
 
+KEEP_ALIVE_S = 15.0
+"""A comment line this often on a quiet stream, so proxies keep it and a vanished client is noticed."""
+
+
 def _sse(event: str, data: str) -> str:
     return f"event: {event}\ndata: {data}\n\n"
 
@@ -244,44 +240,92 @@ def _sse(event: str, data: str) -> str:
 @router.get(
     "/{submission_id}/events",
     summary="Server-sent events of a submission's status changes",
-    response_class=StreamingResponse,
-    openapi_extra=OPTIONAL_KEY,
-    responses={**responses(401, 404, 422, 503), 200: {"content": {"text/event-stream": {}}, "description":
+    response_class=StreamingResponse, openapi_extra=OPTIONAL_KEY,
+    responses={**responses(401, 404, 422, 429, 503), 200: {"content": {"text/event-stream": {}}, "description":
                      "`event: status` with the SubmissionOut JSON at every change; the last one has status `done` "
                      "and the verdict, then the stream ends."}},
 )
-async def submission_events(submission_id: str, db: DatabaseDep, settings: SettingsDep, waits: VerdictWaitsDep,
-                            request: Request, viewer: ViewerDep) -> StreamingResponse:
-    def load() -> schemas.SubmissionOut | None:
-        with db.transaction(read_only=True) as session:
-            view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
-            return None if view is None else _with_headers(session, view)
-
-    first = await run_in_threadpool(load)
+async def submission_events(submission_id: str, db: DatabaseDep, settings: SettingsDep, hub: StreamHubDep,
+                            viewer: ViewerDep, request: Request) -> StreamingResponse:
+    """Readable without a key. Every open stream of one API process is watched by one task
+    (service/api/stream_hub.py); a caller may hold `sse_max_streams_per_key` open at once (per key, or per
+    client address without one), and one more answers 429."""
+    owner = _stream_owner(viewer, request)
+    try:
+        release = hub.reserve(owner, settings.sse_max_streams_per_key)
+    except TooManyStreams as too_many:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"{too_many.limit} event streams are already open for this caller, the most allowed "
+            "(JUDGE_SSE_MAX_STREAMS_PER_KEY): close one by ending its HTTP connection (a stream also ends by "
+            "itself at its verdict), or follow submissions with GET /v1/submissions/{id} or their batch",
+            headers={"Retry-After": "5"}) from None
+    try:
+        first = await run_in_threadpool(_load_view, db, submission_id, settings, viewer)
+    except BaseException:
+        release()
+        raise
     if first is None:
+        release()
         raise _not_found(submission_id)
+    sub = hub.subscribe(first, viewer)
 
-    async def stream() -> AsyncIterator[str]:
-        view, last, deadline, quiet = first, None, time.monotonic() + settings.sse_max_s, time.monotonic()
+    def close() -> None:
+        hub.unsubscribe(sub)
+        release()
+    return _ClosingStream(_stream(first, sub, close, settings.sse_max_s), close, media_type="text/event-stream",
+                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class _ClosingStream(StreamingResponse):
+    """A stream that runs `on_close` however it ends. When the client leaves, Starlette cancels the response
+    while it may wait in `send`, with the generator suspended at a yield whose `finally` would run only when
+    the generator is collected: the subscription and the caller's place in the count must end now."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def _stream_owner(viewer: Viewer, request: Request) -> str:
+    if viewer.admin:
+        return "admin"
+    if viewer.submitter is not None:
+        return f"submitter:{viewer.submitter}"
+    return f"address:{request.client.host if request.client else '?'}"
+
+
+def _load_view(db: Database, submission_id: str, settings: Settings,
+               viewer: Viewer) -> schemas.SubmissionOut | None:
+    with db.transaction(read_only=True) as session:
+        view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
+        return None if view is None else with_shared_headers(session, view)
+
+
+async def _stream(first: schemas.SubmissionOut, sub: Subscription, close: Callable[[], None],
+                  max_s: float) -> AsyncIterator[str]:
+    """The stream's lines, until the verdict or `max_s`; `close` ends the subscription (also run by
+    _ClosingStream when the client leaves first)."""
+    try:
+        view, last, deadline = first, None, time.monotonic() + max_s
         yield "retry: 2000\n\n"
         while True:
-            building = view.shared_headers
-            key = (view.stage, view.position, building and (building.state, building.building, building.ready))
-            if key != last:
-                last, quiet = key, time.monotonic()
+            shown = (view.stage, view.position)
+            if shown != last:
+                last = shown
                 yield _sse("status", view.model_dump_json())
-            finished = view.status in (PublicStatus.DONE, PublicStatus.CANCELLED)
-            if finished or time.monotonic() > deadline or await request.is_disconnected():
+            left = deadline - time.monotonic()
+            if view.status in (PublicStatus.DONE, PublicStatus.CANCELLED) or left <= 0:
                 return
-            if time.monotonic() - quiet > 15:
-                quiet = time.monotonic()
+            try:
+                view = await asyncio.wait_for(sub.views.get(), min(KEEP_ALIVE_S, left))
+            except TimeoutError:
                 yield ": keep-alive\n\n"
-            # Woken when its verdict (or that of the submission it duplicates) is stored; else the poll.
-            keys = [f"s:{submission_id}"] + ([f"s:{view.duplicate_of}"] if view.duplicate_of else [])
-            await wait_for_verdict(waits, keys, settings.sse_poll_s)
-            view = await run_in_threadpool(load)
-
-    return StreamingResponse(stream(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
+    finally:
+        close()
