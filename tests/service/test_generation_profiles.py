@@ -27,7 +27,7 @@ def _conversation(sub_id: str, status: str) -> Conversation:
                         submission_ids=[sub_id], judged_ids=[sub_id], statuses=[status])
 
 
-def test_next_turn_carries_the_profile_text(client, auth, db):
+def test_next_turn_carries_the_profile_text(client, auth, api_key, db):
     profiled, unavailable = _asked(client, auth), _asked(client, auth)
     parsed = parse_raw_csv(NCU_LOG)
     with db.transaction() as session:
@@ -37,7 +37,8 @@ def test_next_turn_carries_the_profile_text(client, auth, db):
     config = GenerationConfig(task="kl_div", model="m", profile=True, poll_s=0.01, profile_timeout_s=5)
     wrong, right, plain = (_conversation(profiled, "incorrect"), _conversation(profiled, "correct"),
                            _conversation(unavailable, "incorrect"))
-    with JudgeClient("http://testserver", "", transport=_AppTransport(client)) as judge:
+    # The loop reads its samples' profiles with the key that submitted them (a profile is the owner's to read).
+    with JudgeClient("http://testserver", api_key, transport=_AppTransport(client)) as judge:
         _add_feedback(judge, [wrong, right, plain], config)
     told = wrong.messages[-1]["content"]
     assert told.startswith("The judge rejected your kernel: incorrect.")
