@@ -14,7 +14,7 @@ fi
 # once every part named in the manifest is here and intact; until then the judge refuses their candidates as
 # unsupported. CuTe DSL's `cutlass` package lives in nvidia_cutlass_dsl/dsl_packages, which its .pth adds to a
 # site directory's path; a --target folder reads no .pth, so the folder goes on PYTHONPATH (the children get it too).
-manifest=$(ls .langs/*/MANIFEST 2>/dev/null | head -n 1)
+manifest=$(ls .langs/*/MANIFEST 2>/dev/null | head -n 1 || true)  # none carried: no languages (callers may run under set -e -o pipefail)
 if [ -n "$manifest" ] && [ ! -e /opt/judge-langs/.installed ]; then
     if (cd .langs && sha256sum --quiet -c "${manifest#.langs/}" >/dev/null 2>&1); then
         mkdir -p /tmp/judge-lang-wheels && cat $(awk '{print ".langs/" $2}' "$manifest") | tar -x -C /tmp/judge-lang-wheels
