@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandbox.proctree import tree
+
 if TYPE_CHECKING:
     from sandbox.isolation import SandboxedProcess
 
@@ -77,23 +79,8 @@ def _stat(pid: int) -> tuple[str, int, float] | None:
 
 
 def _tree(root: int) -> dict[int, tuple[str, int, float]]:
-    """The root and its descendants, by one pass over /proc."""
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None:
-                stats[int(entry)] = stat
-    children: dict[int, list[int]] = {}
-    for pid, (_, ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats and pid not in found:
-            found[pid] = stats[pid]
-            todo.extend(children.get(pid, ()))
-    return found
+    """The root and its descendants (sandbox/proctree.py), each with its `_stat`."""
+    return {pid: stat for pid in tree(root)[0] if (stat := _stat(pid)) is not None}
 
 
 class StallWatch:

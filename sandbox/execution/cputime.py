@@ -35,10 +35,11 @@ still be computing. So each reading first waits, at most SETTLE_S, until no thre
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from sandbox.proctree import read, tree
 
 if TYPE_CHECKING:
     from sandbox.isolation import Cgroup
@@ -117,36 +118,7 @@ class Meter:
         return True
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="ascii") as fh:
-            return fh.read()
-    except OSError:
-        return ""  # the task exited between listing and reading
-
-
 def _running(pid: int, tid: str) -> bool:
     """Whether the thread is running or waiting for a CPU (state R): only then can it hold uncharged time."""
-    stat = _read(f"/proc/{pid}/task/{tid}/stat")
+    stat = read(f"/proc/{pid}/task/{tid}/stat")
     return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "R"
-
-
-def tree(root_pid: int) -> tuple[list[int], list[tuple[int, str]]]:
-    """(processes, (process, thread) pairs) of `root_pid` and all its descendants, now."""
-    processes: list[int] = []
-    threads: list[tuple[int, str]] = []
-    pending, seen = [root_pid], set()
-    while pending:
-        pid = pending.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        processes.append(pid)
-        for tid in tids:
-            threads.append((pid, tid))
-            pending.extend(int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split())
-    return processes, threads

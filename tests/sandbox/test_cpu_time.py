@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Status, isolation, judge
+from sandbox import Status, isolation, judge, proctree
 from sandbox.execution import cputime, plausibility
 from sandbox.isolation import Limits, SandboxSpec
 
@@ -67,8 +67,8 @@ while op := os.read(cmd, 1):
 def live_threads_ns(root_pid: int) -> int:
     """The reading the judge used before: run time summed over the threads alive now."""
     total = 0
-    for pid, tid in cputime.tree(root_pid)[1]:
-        fields = cputime._read(f"/proc/{pid}/task/{tid}/schedstat").split()
+    for pid, tid in proctree.tree(root_pid)[1]:
+        fields = proctree.read(f"/proc/{pid}/task/{tid}/schedstat").split()
         total += int(fields[0]) if fields else 0
     return total
 
