@@ -17,8 +17,8 @@ On the CPU the figure is the parent thread's own CPU time for the making, taken 
 inputs: the CPU-time bound (sandbox/execution/plausibility.py, `call_floor_ms`) takes it out of the sandbox's CPU time
 for the round trip. A loaded host's caches slow the making in both processes alike, so what is left is the call's
 work and whatever else ran there (an empty batch's making, timed before the candidate existed on a host loaded
-otherwise, is not the same figure). The CPU tasks' inputs (32,768 elements) are under torch's parallel grain, so the
-making runs on the calling thread alone, as in the child (one thread).
+otherwise, is not the same figure). The parent makes them on one torch thread, as the child does
+(`_made_on_one_thread`).
 """
 
 from __future__ import annotations
@@ -56,18 +56,24 @@ def _sleep_rate(index: int) -> float:
         return _cycles_per_ms[index]
 
 
-def _made_on_this_thread(make: Callable[[], list[torch.Tensor]]) -> tuple[list[torch.Tensor], float]:
-    """(inputs, this thread's CPU ms for `make()`), made on this thread alone, as the child makes them: torch's other
+_one_thread = threading.Lock()
+"""Held while torch's thread count is lowered: the setting is the process's, and a worker judges several candidates
+on its threads at once (two saving and restoring it unguarded could leave it at one for good)."""
+
+
+def _made_on_one_thread(make: Callable[[], list[torch.Tensor]]) -> tuple[list[torch.Tensor], float]:
+    """(inputs, this thread's CPU ms for `make()`), made on one torch thread, as the child makes them: torch's other
     threads would make this thread spin at their barrier when the host's cores are taken (5-8 ms of its CPU time for
     kl_div's 0.3 ms making, on the 2-core development machine under load), a figure of the host's, not the making's."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        started = time.thread_time_ns()
-        inputs = make()
-        return inputs, (time.thread_time_ns() - started) / 1e6
-    finally:
-        torch.set_num_threads(threads)
+    with _one_thread:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            started = time.thread_time_ns()
+            inputs = make()
+            return inputs, (time.thread_time_ns() - started) / 1e6
+        finally:
+            torch.set_num_threads(threads)
 
 
 def made_on_device(make: Callable[[], list[torch.Tensor]],
@@ -75,7 +81,7 @@ def made_on_device(make: Callable[[], list[torch.Tensor]],
     """(inputs, ms the making took): on a GPU the device's time, by events on its current stream behind a sleep long
     enough for the host to queue all of it first; on the CPU this thread's CPU time."""
     if device.type != "cuda":
-        return _made_on_this_thread(make)
+        return _made_on_one_thread(make)
     index = device.index if device.index is not None else torch.cuda.current_device()
     with torch.cuda.device(index):
         rate = _sleep_rate(index)

@@ -153,15 +153,15 @@ class TimedCall:
     own_run_ms: float = 0.0
     """CPU: the parent thread's CPU time making the same inputs, just before the batch, per call
     (sandbox/execution/making.py): the judge's own work inside `run_ms`, as costly as the host's load made it then."""
+    cpu_source: str = ""
+    """Where `run_ms` came from (sandbox/execution/cputime.py: a cgroup, or the processes' clocks)."""
+    settled: bool = True
+    """Whether both CPU-time readings found every thread of the sandbox off the CPU (cputime.SETTLE_S)."""
 
     @property
     def call_run_ms(self) -> float:
         """`run_ms` less the judge's own making of the inputs in it (`own_run_ms`): what the CPU-time bound compares."""
         return self.run_ms - self.own_run_ms
-    cpu_source: str = ""
-    """Where `run_ms` came from (sandbox/execution/cputime.py: a cgroup, or the processes' clocks)."""
-    settled: bool = True
-    """Whether both CPU-time readings found every thread of the sandbox off the CPU (cputime.SETTLE_S)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -505,10 +505,10 @@ class Execution:
         claims = [b.claim_ms for b in timed]
         windows = [b.window_ms for b in timed]
         judge = [b.judge_ms for b in timed]
-        empty_runs = [c.call_run_ms for c in self.empty_calls]
+        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
         empty_window = min(c.window_ms for c in self.empty_calls)
         # The empty batches made real inputs too (calibrate), so the windows and CPU times beyond theirs are the calls'.
-        breach = (plausibility.timing_bound(claims, windows, [b.call_run_ms for b in timed], empty_runs, device_type,
+        breach = (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
                                             training=self.task.training is not None)
                   or plausibility.untimed_work_bound(claims, windows, empty_window, device_type)
                   or plausibility.unexplained_wall([b.unexplained_ms for b in timed],
@@ -516,7 +516,7 @@ class Execution:
                   or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
-        scale = plausibility.cpu_scale(claims, [b.call_run_ms for b in timed], empty_runs) if not self.is_cuda else 1.0
+        scale = plausibility.cpu_scale(claims, runs, empty_runs) if not self.is_cuda else 1.0
         details["timing"]["cpu_scale"] = scale
         ranked = [b.ranked_ms * scale for b in timed]
         stats = TimingStats(**{**summarize(ranked), "reps": details["timing"]["timed_calls"]})

@@ -249,15 +249,14 @@ class TrainingExecution(Execution):
         claims = [b.claim_ms for b in timed]
         device_type = torch.device(self.device).type
         judge = [b.judge_ms for b in timed]
-        breach = (plausibility.timing_bound(claims, [b.window_ms for b in timed], [b.call_run_ms for b in timed],
-                                            [c.call_run_ms for c in self.empty_calls], device_type, training=True)
+        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
+        breach = (plausibility.timing_bound(claims, [b.window_ms for b in timed], runs, empty_runs, device_type,
+                                            training=True)
                   or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,
                         **breach.details)
-        empty_runs = [c.call_run_ms for c in self.empty_calls]
-        scale = (plausibility.cpu_scale(claims, [b.call_run_ms for b in timed], empty_runs) if device_type == "cpu"
-                 else 1.0)
+        scale = plausibility.cpu_scale(claims, runs, empty_runs) if device_type == "cpu" else 1.0
         forward = TimingStats(**{**summarize([b.ranked_ms * scale for b in timed]),
                                  "reps": sum(b.calls for b in timed)})
         bandwidth = perf.bandwidth_bytes_per_s
