@@ -25,6 +25,7 @@ from service.db.models import ApiKey, Job, Submission, VerdictRow, utcnow
 from service.profiles import store as profiles
 from service.queue import capability, wakeup
 from service.queue.states import FINAL, PUBLIC, JobState, PublicStatus
+from service.worker import headers as worker_headers
 
 
 def aware(value: dt.datetime | None) -> dt.datetime | None:
@@ -180,8 +181,16 @@ def submission_view(session: Session, submission_id: str, public_after: dt.datet
         attempts=job.claims, compile_cached=job.compile_cached,
         verdict=verdict, duplicate_of=sub.duplicate_of, public=sub.public,
         source_public=visibility.public_to_all(sub, public_after), waiting_for=_waiting_for(session, job),
-        diagnostics_withheld=not readable,
+        diagnostics_withheld=not readable, shared_headers=_shared_headers(session, job),
     )
+
+
+def _shared_headers(session: Session, job: Job) -> schemas.SharedHeaders | None:
+    """While the job is not done and a worker is still building the shared precompiled headers, how far
+    (service/worker/headers.py: a first C++ build waits for its flags' header); None otherwise."""
+    if PUBLIC[job.state] in (PublicStatus.DONE, PublicStatus.CANCELLED):
+        return None
+    return worker_headers.still_building(session)
 
 
 def _waiting_for(session: Session, job: Job) -> list[str]:

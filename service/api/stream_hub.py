@@ -31,9 +31,8 @@ from service.api import schemas
 from service.api.verdict_waits import VerdictWaits
 from service.db.models import Job
 from service.db.session import Database
-from service.queue.states import JobState, PublicStatus
+from service.queue.states import JobState
 from service.visibility import Viewer
-from service.worker import headers
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +81,6 @@ class _Seen:
 
     state: JobState | None
     queued: int | None
-
-
-def with_shared_headers(session: Session, view: schemas.SubmissionOut) -> schemas.SubmissionOut:
-    """The view with the shared headers' build while it waits and a worker is still at it (a first build waits)."""
-    if view.status not in (PublicStatus.DONE, PublicStatus.CANCELLED):
-        view.shared_headers = headers.still_building(session)
-    return view
 
 
 class StreamHub:
@@ -213,6 +205,5 @@ class StreamHub:
 
     def _view(self, session: Session, submission_id: str, viewer: Viewer) -> schemas.SubmissionOut | None:
         """The submission's view as `viewer` may see it; each group of streams gets its own."""
-        view = crud.submission_view(session, submission_id, self._public_after, viewer)
-        return None if view is None else with_shared_headers(session, view)
+        return crud.submission_view(session, submission_id, self._public_after, viewer)
 

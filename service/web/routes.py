@@ -30,7 +30,6 @@ from service.queue import capability
 from service.web import batch, measured, plots
 from service.web.highlight import source_html
 from service.web.render import BASELINES, baseline_order, page
-from service.worker import headers as worker_headers
 
 STATIC = Path(__file__).resolve().parent / "static"
 PAGE_SIZE = 50
@@ -137,12 +136,11 @@ def submission(request: Request, submission_id: str, session: ReadSessionDep, se
     access = visibility.source_access(row, visibility.ANONYMOUS, public_after)
     source = row.source if access is not visibility.SourceAccess.PRIVATE else None
     verdict = view.verdict
-    building = worker_headers.still_building(session) if view.status.value not in ("done", "cancelled") else None
     failed = next((t for t in verdict.trials if not t.passed), None) if verdict else None
     found = profile_store.for_submission(session, submission_id) if not view.diagnostics_withheld else None
     profile_row = found[1] if found else None  # a profile names the source's kernels: withheld with it
     profile_data = Profile(**profile_row.profile) if profile_row is not None and profile_row.profile else None
-    return page(request, "submission.html", sub=view, verdict=verdict, failed_trial=failed, headers=building,
+    return page(request, "submission.html", sub=view, verdict=verdict, failed_trial=failed, headers=view.shared_headers,
                 profile=profile_row, profile_data=profile_data,
                 profile_kernels=sorted(profile_data.kernels, key=lambda k: -(k.duration_ns or 0.0))
                 if profile_data else [],

@@ -20,7 +20,7 @@ from service.api.deps import (OPTIONAL_KEY, CurrentKey, DatabaseDep, ReadSession
                               StreamHubDep, ViewerDep)
 from service.api.errors import responses
 from service.api.submission_body import REQUEST_BODY, SubmissionBody
-from service.api.stream_hub import with_shared_headers, Subscription, TooManyStreams
+from service.api.stream_hub import Subscription, TooManyStreams
 from service.core.config import Settings
 from service.core.ratelimit import lock_key, spend_token
 from service.db.models import ApiKey
@@ -155,7 +155,7 @@ def read_submission(submission_id: str, viewer: ViewerDep, session: ReadSessionD
     view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
     if view is None:
         raise _not_found(submission_id)
-    return with_shared_headers(session, view)
+    return view
 
 
 @router.patch("/{submission_id}", response_model=schemas.SubmissionOut,
@@ -304,8 +304,7 @@ def _stream_owner(viewer: Viewer, request: Request) -> str:
 def _load_view(db: Database, submission_id: str, settings: Settings,
                viewer: Viewer) -> schemas.SubmissionOut | None:
     with db.transaction(read_only=True) as session:
-        view = crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
-        return None if view is None else with_shared_headers(session, view)
+        return crud.submission_view(session, submission_id, settings.sources_public_after, viewer)
 
 
 async def _stream(first: schemas.SubmissionOut, sub: Subscription, close: Callable[[], None],
