@@ -37,7 +37,7 @@ class JudgeConfig:
     """Wall limit for the whole execution child (import, trials, timing)."""
     load_timeout_s: float = 30.0
     """Wall limit, in seconds, for importing the candidate in the execution child (its module and ModelNew()),
-    which holds the device. Its extensions are built by then and the child never compiles (sandbox/build/no_build.py),
+    which holds the device. Its extensions are built by then and the child never compiles (sandbox/child/no_build.py),
     so an honest import is Python running the module, ninja's dry run and the loading of each built library
     (and Triton's import where used): 0.02-0.14 s for the C++ corpus candidates on a loaded 2-core CPU host,
     a few seconds on an H100 host. 30 s is ~10x the latter, room for a loaded host and a cold page cache; a
@@ -72,7 +72,7 @@ class JudgeConfig:
     """Offer main.cpp the PCH of torch/extension.h less torch's C++ frontend first (sandbox/build/accel.py):
     about half the g++ time of the full PCH; a main.cpp that needs the frontend is compiled again with it."""
     slim_headers: bool = os.environ.get("JUDGE_SLIM_HEADERS", "1") != "0"
-    """Compile a CUDA candidate's .cu against slim torch headers first (sandbox/build/slim_headers.py): ~3.5x less
+    """Compile a CUDA candidate's .cu against slim torch headers first (sandbox/child/build/slim_headers.py): ~3.5x less
     nvcc time for a typical candidate; a .cu that needs the full headers is built again with them."""
     split_nvcc: bool = os.environ.get("JUDGE_SPLIT_NVCC", "0") == "1"
     """Compile a .cu with nvcc's host and device front ends side by side (sandbox/build/nvcc_split.py): the same

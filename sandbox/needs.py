@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sandbox import languages
+from sandbox.shared import languages
 from sandbox.extract import ExtractionError, extract_candidate
 
 GPU = "gpu"
@@ -33,8 +33,8 @@ class Needs:
 
     gpu: bool
     language: str | None = None
-    """An optional kernel language (sandbox/languages.py id, e.g. "triton") the candidate is written in; None: only
-    torch and its extension builder, which every host has."""
+    """An optional kernel language (sandbox/shared/languages.py id, e.g. "triton") the candidate is written in; None:
+    only torch and its extension builder, which every host has."""
 
     def words(self) -> list[str]:
         """As a person reads it: ["gpu", "triton"]."""
@@ -47,7 +47,7 @@ class Capabilities:
 
     gpu: bool
     languages: tuple[str, ...]
-    """The kernel languages installed there (sandbox/languages.py ids)."""
+    """The kernel languages installed there (sandbox/shared/languages.py ids)."""
 
     def missing(self, needs: Needs) -> list[str]:
         """What this host lacks to judge a candidate with `needs`: [] when it can."""

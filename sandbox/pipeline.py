@@ -31,7 +31,7 @@ from sandbox.config import JudgeConfig
 from sandbox.execution.run import execute as execute_once
 from sandbox.execution.warm import WarmChild
 from sandbox.extract import ExtractionError, extract_candidate
-from sandbox.languages import JIT_SHAPES_ENV
+from sandbox.shared.languages import JIT_SHAPES_ENV
 from sandbox.stages import timed
 from sandbox.static_checks import check_source
 from sandbox.supervisor import ChildFailure, ChildSession
@@ -98,7 +98,7 @@ def _compile(task: Task, raw_source: str, source: str, code_sha256: str, target:
     if config.isolation in ("unshare", "none"):
         # ninja records the paths a build ran at: /build under bubblewrap, the host's directory under the weaker
         # mechanisms. A build made under one is not up to date under the other, and the execution child never
-        # builds (sandbox/build/no_build.py), so the two must not share a build.
+        # builds (sandbox/child/no_build.py), so the two must not share a build.
         chain += f"; built at host paths ({config.isolation})"
     key = compiler.build_key(source, chain, compiler.build_inputs(target, _build_env(task, target)))
     paths = compiler.KeyPaths.of(config.build_root, key)
@@ -320,7 +320,7 @@ def execute(prepared: PreparedCandidate, device: str, *, config: JudgeConfig | N
     """Run the prepared candidate on `device` (sandbox/execution/run.py `execute`).
 
     When the execution child refused a stored build (found it not built for the command line it would run,
-    sandbox/build/no_build.py), the build was made where the build command differs in something the key does
+    sandbox/child/no_build.py), the build was made where the build command differs in something the key does
     not hold (another install or host sharing the build root, a judge of another version): the host's
     difference, never the candidate's verdict. The stored build is forgotten, built again here, and the candidate
     executed once more on a child of its own; only a refusal of a build made in this judging is the candidate's

@@ -251,7 +251,7 @@ class FailureKind(enum.StrEnum):
     Claimed by an untrusted process: a candidate that forges one only chooses a worse verdict for itself."""
 
     NOT_BUILT = "not_built"
-    """An extension the build stage did not build; the child refused to compile it (sandbox/build/no_build.py):
+    """An extension the build stage did not build; the child refused to compile it (sandbox/child/no_build.py):
     compile_error."""
 
 

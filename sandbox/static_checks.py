@@ -15,7 +15,7 @@ import ast
 import sys
 from dataclasses import dataclass, field
 
-from sandbox import languages
+from sandbox.shared import languages
 
 JUDGE_PACKAGES = ("reference", "sandbox", "service")
 """A candidate importing these is reaching for the reference or the harness."""
@@ -49,12 +49,12 @@ import (the candidate falls back to something else), not a certain failure."""
 
 
 def importable(module: str) -> bool:
-    """Whether `module`'s top-level package is installed here (sandbox/languages.py `installed`)."""
+    """Whether `module`'s top-level package is installed here (sandbox/shared/languages.py `installed`)."""
     return languages.installed(module)
 
 
 def supported_languages() -> list[str]:
-    """What this host judges, for a diagnosis: every kernel language installed here (sandbox/languages.py),
+    """What this host judges, for a diagnosis: every kernel language installed here (sandbox/shared/languages.py),
     and PyTorch operators around them."""
     return [*(language.name for language in languages.available()), "PyTorch operators"]
 
@@ -207,7 +207,7 @@ def _import_findings(tree: ast.Module, imports: list[tuple[str, ast.AST]]) -> li
     """Imports that cannot be judged here, one finding per top-level package.
 
     A kernel language counts wherever it is imported (in a function, through importlib.import_module with a
-    literal name): the candidate's kernel is written in it. One this host judges (sandbox/languages.py
+    literal name): the candidate's kernel is written in it. One this host judges (sandbox/shared/languages.py
     `judged_packages`) counts when it is not installed; any other counts even when it is installed (CuPy, Numba,
     JAX on a GPU image): the judge neither builds its kernels in the build stage nor recognises them, so it would
     compile on the device's time and be judged by rules that do not know it. Any other package counts only when it

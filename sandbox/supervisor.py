@@ -20,7 +20,8 @@ from typing import Any, Callable
 from typing_extensions import Self
 
 import reference
-from sandbox import isolation, languages, protocol
+from sandbox import isolation, protocol
+from sandbox.shared import languages
 from sandbox.config import JudgeConfig
 
 SANDBOX_DIR = Path(__file__).parent

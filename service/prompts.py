@@ -15,7 +15,7 @@ prompt names the size the CPU judges (the task's `cpu_shape`), not get_inputs' G
 from __future__ import annotations
 
 from reference import Task
-from sandbox.languages import BY_ID
+from sandbox.shared.languages import BY_ID
 
 EXAMPLE_MODEL = '''import torch
 import torch.nn as nn

@@ -8,7 +8,7 @@ it). For a C++-only candidate main.cpp is the whole build; for a CUDA candidate 
 Trust: the parent (the judge's own process) builds the PCH from torch's header and torch's own flags, never
 from candidate text, and binds the directory read-only into the build sandbox. Candidate code can neither
 write it nor choose its flags beyond a fixed list of harmless ones (`SAFE_FLAG`: the parent runs g++ with
-them outside any sandbox). A candidate that undoes the hook in its own child (sandbox/build/hooks.py) only
+them outside any sandbox). A candidate that undoes the hook in its own child (sandbox/child/build/hooks.py) only
 slows its own build.
 
 Exactness: a PCH is used only for a main.cpp compiled with exactly the flags it was built with (less
@@ -25,7 +25,7 @@ torch's own headers included verbatim: everything torch/extension.h gives but th
 operator, torch/types.h with torch's factories, pybind11 and torch's casters, its Python helpers). The
 same main.cpp then compiled in 3.5-3.8 s instead of 7.5-7.9 s on the development machine. The build child
 offers it first and falls back to the full PCH when main.cpp does not compile with it
-(sandbox/build/hooks.py): a candidate's compile errors are always torch's own.
+(sandbox/child/build/hooks.py): a candidate's compile errors are always torch's own.
 
 Layout under `<cache_root>/build-accel/` (survives restarts; one per host, like the build cache):
 
@@ -68,15 +68,13 @@ from typing import Iterator
 import torch
 
 from sandbox import supervisor
+from sandbox.shared.accel_layout import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
 
 ACCEL_DIR = "build-accel"
 CHILD_MOUNT = "/judge-accel"
 """Where a bubblewrap build child sees the accelerator directory (read-only)."""
-PCH_NAME = "torch/extension.h.gch"
 CHILD_CXX = "c++"
 """torch's compiler when CXX is unset, as in every build child (torch.utils.cpp_extension.get_cxx_compiler)."""
-SUBSET_DIR = "main-subset"
-"""Inside a variant: the subset PCH's own include directory (the child points CPATH at it)."""
 SUBSET_HEADERS = ("torch/types.h", "torch/csrc/Device.h", "torch/csrc/Dtype.h", "torch/csrc/DynamicTypes.h",
                   "torch/csrc/Exceptions.h", "torch/csrc/autograd/python_variable.h", "torch/csrc/python_headers.h",
                   "torch/csrc/utils/pybind.h", "torch/csrc/utils/python_numbers.h",
@@ -88,15 +86,6 @@ compile with the subset and is compiled again with the full PCH."""
 LAYOUT = "full+main-subset+stub 2"
 """Part of a variant's id: a variant built before the layout changed (the subset PCH, the stub) is built again,
 once."""
-STUB_TEXT = ("// A second #include <torch/extension.h> after the precompiled one: g++ looks for the header beside\n"
-             "// the .gch it used, finds this, and goes on to torch's own (sandbox/build/hooks.py).\n"
-             "#include_next <torch/extension.h>\n")
-"""The header beside each `.gch`. g++ uses a PCH once per translation unit; for a later include of the same
-name it looks for the header itself in the directory where it found the `.gch`, and without this fails with
-`<dir>/torch/extension.h: No such file or directory` where torch alone compiles. torch's header, reached
-through `#include_next`, is then skipped as already read (the PCH records its include guards and `#pragma
-once` files); through the subset PCH, the part of it the subset lacks is parsed."""
-FLAGS_FILE = "flags.json"
 USED_FILE = "used"
 MAX_VARIANTS = 4
 """Variants kept: no extra flags, and the common optimisation levels (-O2, -O3) fit with room to spare."""
@@ -158,12 +147,6 @@ def wanted_flag_sets(source: str) -> list[tuple[str, ...]]:
 
 # --- the flags torch compiles main.cpp with ----------------------------------------------------------
 
-def normalise(cflags: list[str] | str) -> list[str]:
-    """Tokens of a compile's flags, without the per-extension name (which no torch header mentions)."""
-    text = cflags if isinstance(cflags, str) else " ".join(cflags)
-    return [t for t in shlex.split(text) if not t.startswith("-DTORCH_EXTENSION_NAME=")]
-
-
 def torch_compile_flags(target: str, extra: tuple[str, ...]) -> tuple[str, list[str]]:
     """(compiler, flags) that this torch's load_inline uses for main.cpp: asked of torch itself, so that
     its version's choices (-std=c++17 or c++20, include directories) are the ones the PCH is built with."""
@@ -207,7 +190,7 @@ def child_compiler() -> str:
 
 def flag_include_dirs(flags: list[str]) -> list[Path]:
     """The include directories of a compile's tokens (`normalise`d: `-isystem` and its directory are two
-    tokens), in command-line order. (sandbox/build_hooks.include_dirs reads torch's unsplit nvcc flags.)"""
+    tokens), in command-line order. (sandbox/child/build/hooks.include_dirs reads torch's unsplit nvcc flags.)"""
     return [Path(flags[i + 1]) for i, tok in enumerate(flags[:-1]) if tok in ("-isystem", "-I")]
 
 

@@ -1,13 +1,13 @@
 """Advice on a CUDA candidate's build time, for the verdict (`details.build_advice`).
 
 Why: a fresh build's time is set by one thing the candidate chooses, how much of torch its `.cu` needs. The
-judge compiles a `.cu` against slim torch headers first (sandbox/build/slim_headers.py: 15-18 s for a typical
+judge compiles a `.cu` against slim torch headers first (sandbox/child/build/slim_headers.py: 15-18 s for a typical
 candidate on the 2-core development machine); a `.cu` that needs more (tensor arithmetic or indexing on
 `torch::Tensor`, autograd, pybind11) is built against torch's full headers, ~290k lines that nvcc's three
 front ends take 60-65 s over. A model refining its kernel, or a person, can only fix what it is told, so the
 verdict says which case this was and what to change.
 
-The build child says which case it was, one `[judge]` line per extension (sandbox/build/hooks.py); those
+The build child says which case it was, one `[judge]` line per extension (sandbox/child/build/hooks.py); those
 lines are read from the build log here. The child is untrusted, so the advice is only ever text for the
 candidate's own verdict, never an input to a decision.
 

@@ -5,7 +5,7 @@ what triggers `load_inline`, and that import is candidate code. The parent only 
 holds a lock so concurrent identical submissions build once, enforces the time limit, and turns the
 compiler's output into a diagnosis that leads with the error lines. It also offers the build the judge's
 accelerators (`accelerators`): the shared precompiled torch/extension.h (sandbox/build/accel.py), read-only,
-and for CUDA the slim torch headers for the .cu (sandbox/build/slim_headers.py).
+and for CUDA the slim torch headers for the .cu (sandbox/child/build/slim_headers.py).
 
 Layout of one build key (`KeyPaths`), and who may write what:
 
@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 import torch
 
-from sandbox import isolation, languages
+from sandbox import isolation
+from sandbox.shared import languages
 from sandbox.build import accel as build_accel
-from sandbox.build import hooks as build_hooks
 from sandbox.build import nvcc_split
 from sandbox.build.accel import child_compiler, tool_version
-from sandbox.build.hooks import ACCELERATOR_WORDS
+from sandbox.shared.accel_layout import ACCELERATOR_WORDS, HOOKS_VERSION
 
 if TYPE_CHECKING:
     from sandbox.config import JudgeConfig
@@ -65,7 +65,7 @@ _ERROR_LINE = re.compile(
 
 
 def cuda_arch_list() -> str:
-    """The architectures CUDA builds target: TORCH_CUDA_ARCH_LIST, or the visible GPUs' (sandbox/languages.py,
+    """The architectures CUDA builds target: TORCH_CUDA_ARCH_LIST, or the visible GPUs' (sandbox/shared/languages.py,
     where the JIT languages' target comes from the same list)."""
     return languages.arch_list()
 
@@ -94,7 +94,7 @@ def build_inputs(target: str, judge_env: Mapping[str, str]) -> str:
 
     Why the paths: torch writes the include and library directories of the Python and torch in use (and for CUDA,
     CUDA_HOME's nvcc and headers) into build.ninja, and the execution child refuses a build whose command line is
-    not the one it would write (sandbox/build/no_build.py). Two installs of the same versions at different paths
+    not the one it would write (sandbox/child/no_build.py). Two installs of the same versions at different paths
     (two virtual environments, a re-created one, a fleet's images) sharing one build root must not share a build.
     The torch directory is taken as torch's extension builder takes it (`abspath`, links not resolved): a linked
     prefix is another command line. `judge_env`: the variables the judge sets for the build child (the CUDA
@@ -133,7 +133,7 @@ def offer_accelerators(config: "JudgeConfig", target: str, source: str) -> Offer
     """The environment and read-only binds that make a build child's compile faster, nothing else.
 
     The shared precompiled headers (sandbox/build/accel.py), built first for the variants the source will
-    probably need, once per host; and, for CUDA, the slim headers for the .cu (sandbox/build/slim_headers.py),
+    probably need, once per host; and, for CUDA, the slim headers for the .cu (sandbox/child/build/slim_headers.py),
     which the child writes itself, and nvcc's two front ends side by side (sandbox/build/nvcc_split.py), bound over
     nvcc in the child's sandbox. Nothing here can fail a build: without them the child compiles as torch
     would on its own."""
@@ -265,14 +265,14 @@ def accelerator_config(config: "JudgeConfig", target: str) -> str:
     return json.dumps({
         "precompiled_headers": config.precompiled_headers, "pch_subset": config.pch_subset,
         "slim_headers": config.slim_headers and target == "cuda", "split_nvcc": config.split_nvcc and target == "cuda",
-        "pch_layout": build_accel.LAYOUT, "hooks": build_hooks.VERSION}, sort_keys=True)
+        "pch_layout": build_accel.LAYOUT, "hooks": HOOKS_VERSION}, sort_keys=True)
 
 
 def load_result(paths: KeyPaths, accel: str) -> BuildResult | None:
     """The stored outcome of this key's build, when it may be reused; None to build again.
 
     A success is reused whatever accelerators built it: they change how fast main.cpp and the .cu compile,
-    never the object code (sandbox/build/accel.py, sandbox/build/slim_headers.py), and every fallback ends with
+    never the object code (sandbox/build/accel.py, sandbox/child/build/slim_headers.py), and every fallback ends with
     torch's own headers. A failure is reused only under the accelerator configuration that produced it: a
     compile error that a PCH or the slim headers caused, and that a fixed judge would not give, must not
     outlive the fix."""
@@ -388,7 +388,7 @@ failure, which says nothing about the code."""
 def infrastructure_failure(error_message: str) -> str | None:
     """Why a failed build is the judge's or the host's doing rather than the candidate's, or None. Read from the
     message torch raised, which holds the output of the last ninja run only: earlier runs that the build hooks
-    retried (sandbox/build/hooks.py) may name the accelerators without being the build's outcome."""
+    retried (sandbox/child/build/hooks.py) may name the accelerators without being the build's outcome."""
     killed = _KILLED.search(error_message)
     if killed:
         return f"the compiler did not finish ({killed.group(0)})"

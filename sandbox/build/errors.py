@@ -2,14 +2,14 @@
 
 Two readers, on either side of the trust boundary:
 
-- The build child (sandbox/build/hooks.py) asks `unchangeable` before it builds again without an accelerator
-  (the slim headers for a `.cu`, the subset PCH for main.cpp). Those retries exist because a header the
-  accelerator left out can make honest code fail; they cost a second compile (60-65 s of nvcc for a `.cu`
-  against torch's full headers). They cannot change errors that sit in the candidate's own source and are
-  not of the kinds a missing declaration causes: a missing semicolon or a type error fails the same with every
-  header. Such a build reports its first compile's errors at once. Anything else (an error in a header, a name
-  or member or overload not found, an incomplete type, an error line this module cannot read) is retried as
-  before: the rule only ever skips retries, so a doubt costs time, never a verdict.
+- The build child (sandbox/child/build/hooks.py) asks `unchangeable` (sandbox/child/build/retry_rule.py) before it
+  builds again without an accelerator (the slim headers for a `.cu`, the subset PCH for main.cpp). Those retries
+  exist because a header the accelerator left out can make honest code fail; they cost a second compile (60-65 s of
+  nvcc for a `.cu` against torch's full headers). They cannot change errors that sit in the candidate's own source
+  and are not of the kinds a missing declaration causes: a missing semicolon or a type error fails the same with
+  every header. Such a build reports its first compile's errors at once. Anything else (an error in a header, a name
+  or member or overload not found, an incomplete type, an error line this module cannot read) is retried as before:
+  the rule only ever skips retries, so a doubt costs time, never a verdict.
 
 - The parent (sandbox/pipeline.py) turns a failed build's errors into `CompileError`s whose `file_line` is a line
   of candidate.py. load_inline writes the candidate's strings into generated files (main.cpp: its
@@ -37,6 +37,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox.shared.compile_log import located
 from sandbox.verdict import CompileError
 
 LIMIT = 20
@@ -49,121 +50,6 @@ the bindings load_inline writes and would place a line by accident."""
 MAX_LITERALS = 64
 """Literals looked up per generated file, the longest first: a candidate's sources are a few long strings, and a
 source of thousands of strings must not cost thousands of searches through a 4 MiB file."""
-
-_LOCATED = re.compile(
-    r"^(?P<path>[^\s:()]+)(?::(?P<line>\d+)(?::(?P<col>\d+))?|\((?P<pline>\d+)\))\s*:\s*"
-    r"(?P<severity>fatal error|catastrophic error|error)(?:\s*#[\w-]+)?\s*:\s*(?P<message>.*)$", re.M)
-"""An error line of g++ (`path:line:col: error: msg`) or of nvcc's front end (`path(line): error #20-D: msg`)."""
-_SEVERITY = re.compile(r"(?:^|[\s:])(?:fatal |catastrophic )?error(?:\s*#[\w-]+)?\s*:")
-"""Any line that reports an error, located or not (`cc1plus: error: ...`, `nvcc fatal : ...` is not one)."""
-_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?P<target>\S+)", re.M)
-"""ninja's line for a failed edge (1.12+ puts the exit status first); its command and output follow."""
-
-UNDECLARED = re.compile(
-    r"was not declared|has not been declared|not declared in|is not a member of|does not name a (?:type|template)"
-    r"|has no member|incomplete (?:type|class)|no matching (?:function|constructor|member)|no match for"
-    r"|is not a (?:template|type|class|namespace)|no type named|is undefined|no instance of|no operator "
-    r"|not a class or struct name|is not a type name|must be a class or namespace name|explicit type is missing"
-    r"|has no storage class or type specifier|undeclared|unknown type name|no member named|no template named")
-"""A name, member, overload or type the compiler did not find or found incomplete (g++ and nvcc's words): what a
-header left out causes, and also a typo. Kind `undeclared`."""
-UNKNOWN_NAME_SYNTAX = re.compile(
-    r"expected (?:constructor, destructor, or type conversion|initializer before|unqualified-id|type-specifier"
-    r"|class-name|template-name|namespace-name|nested-name-specifier|primary-expression|a type specifier"
-    r"|an identifier)")
-"""Syntax errors that an unknown name or macro also causes (`C10_HOST_DEVICE float f()` with the macro unknown
-reads as a declaration gone wrong): never counted as the candidate's own syntax."""
-_KINDS = (("undeclared", UNDECLARED), ("syntax", re.compile(r"^expected\b|\bexpected an? \S|missing '")),
-          ("type", re.compile(r"convert|conversion|cannot be used to initialize|incompatible|invalid operands"
-                              r"|cannot bind|lvalue|read-only|narrowing|ambiguous|deleted function")))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Located:
-    """One error line as the compiler wrote it."""
-
-    path: str
-    line: int
-    column: int | None
-    message: str
-    severity: str
-
-    @property
-    def location(self) -> str:
-        """Where, as the compiler says it, with the file's name only: `main.cpp:12:5`, `cuda.cu(12)`."""
-        name = self.path.rsplit("/", 1)[-1]
-        if self.column is None and self.path.endswith((".cu", ".cuh")):
-            return f"{name}({self.line})"
-        return f"{name}:{self.line}" + (f":{self.column}" if self.column is not None else "")
-
-    @property
-    def kind(self) -> str:
-        return kind_of(self.message)
-
-
-def kind_of(message: str) -> str:
-    """`undeclared`, `syntax`, `type` or `other`: what the compiler's message says went wrong."""
-    for kind, pattern in _KINDS:
-        if pattern.search(message):
-            return kind
-    return "other"
-
-
-def located(log: str) -> list[Located]:
-    """Every located error line of a log, in order, each (path, line, message) once."""
-    found, seen = [], set()
-    for m in _LOCATED.finditer(log):
-        line = int(m.group("line") or m.group("pline"))
-        key = (m.group("path"), line, m.group("message").strip())
-        if key in seen:
-            continue
-        seen.add(key)
-        found.append(Located(path=m.group("path"), line=line, column=int(m.group("col")) if m.group("col") else None,
-                             message=m.group("message").strip(), severity=m.group("severity")))
-    return found
-
-
-# --- in the build child: may a build without the accelerator end otherwise? ---------------------------------
-
-def unchangeable(log: str, directory: Path) -> str | None:
-    """Why building again with fuller headers cannot change this failed ninja run's outcome, or None when it might.
-
-    It cannot when every failed compile (`FAILED: x.o`) reports at least one error, every error line is read, and
-    each sits in a source of the extension's own `directory` (main.cpp, cuda.cu: the candidate's text) and is
-    neither of the `undeclared` kind nor a syntax error an unknown name causes (`UNKNOWN_NAME_SYNTAX`). The
-    caller checks the accelerators' own words separately (sandbox/build_hooks.ACCELERATOR_WORDS)."""
-    sections = _failed_compiles(log)
-    if not sections:
-        return None
-    errors: list[Located] = []
-    for section in sections:
-        found = located(section)
-        reported = [ln for ln in section.splitlines()[1:] if _SEVERITY.search(ln)]
-        if not found or len(reported) != len(_LOCATED.findall(section)):
-            return None  # a compile that failed without a readable error (killed, a driver's own error)
-        errors += found
-    for error in errors:
-        if not _own_source(error.path, directory):
-            return None
-        if error.kind == "undeclared" or UNKNOWN_NAME_SYNTAX.search(error.message):
-            return None
-    first = errors[0]
-    return (f"{len(errors)} error(s) in the candidate's own source, none of a kind that fuller headers change "
-            f"(first: {first.location}: {first.message[:160]})")
-
-
-def _failed_compiles(log: str) -> list[str]:
-    """The output of each failed compile in a ninja log: from its FAILED line to the next one."""
-    marks = [m for m in _FAILED.finditer(log) if m.group("target").endswith(".o")]
-    ends = [m.start() for m in marks[1:]] + [len(log)]
-    return [log[m.start():end] for m, end in zip(marks, ends)]
-
-
-def _own_source(path: str, directory: Path) -> bool:
-    """Whether `path` (as the compiler named it) is a source file directly in the extension's build directory."""
-    where = Path(os.path.normpath(path if os.path.isabs(path) else directory / path))
-    return where.parent == Path(os.path.normpath(directory)) and where.suffix in (".cpp", ".cu", ".cc", ".cxx")
-
 
 # --- in the parent: the errors, placed in candidate.py ---------------------------------------------------------
 

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     # The first operator the harness probe runs under a TorchFunctionMode imports torch._dynamo (~1.5 s of CPU):
     # imported here, a spare pays it in its CPU-only start instead of inside the device gate. So is torch's
-    # extension builder, which the child's build guard replaces a function of (sandbox/build/no_build.py).
+    # extension builder, which the child's build guard replaces a function of (sandbox/child/no_build.py).
     importlib.import_module("torch._dynamo")
     importlib.import_module("torch.utils.cpp_extension")
 

@@ -21,13 +21,13 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
   hook, tracer or profiler, and records candidate code taking a frame or walking the garbage collector,
   the ways to the harness's own state (the timing loop's locals, this process's `Child`); the harness's
   instances are sealed in it, out of reach of frames;
-- each timed call's output is copied out inside the timing window (sandbox/execution/window.py), so work deferred
+- each timed call's output is copied out inside the timing window (sandbox/child/window.py), so work deferred
   past the batch's last event changes nothing reported, and is itself reported;
 - the task's forbidden operators are replaced in the dispatcher by tripwires before the import: a call
   from Python or from C++ through the dispatcher raises and is recorded, even if the candidate catches
   the error;
 - torch's extension builder may only load what the build stage built: a compile here would hold the
-  device for the length of a build, so it is refused (sandbox/build/no_build.py) and the import is bounded in
+  device for the length of a build, so it is refused (sandbox/child/no_build.py) and the import is bounded in
   seconds by the parent (JudgeConfig.load_timeout_s);
 - the parent bounds what this process claims about time with its own clock around each timed call
   (`arm` prepares buffers, `go` makes each call's inputs and runs it, `inspect` checks afterwards) and with the
@@ -55,16 +55,17 @@ from typing import Any, Callable
 import torch
 
 from reference import TaskId, get_task
-from sandbox.build import hooks as build_hooks
+from sandbox.child.build import hooks as build_hooks
 from sandbox.child import audit as _audit
 from sandbox.child import recorder as _recorder
-from sandbox import compare as _compare
-from sandbox import languages as _languages
+from sandbox.shared import compare as _compare
+from sandbox.shared import languages as _languages
 from sandbox.child import loading as _loading
-from sandbox.build import no_build as _no_build
+from sandbox.child import no_build as _no_build
 from sandbox import protocol as _protocol
-from sandbox.execution import timing as _timing
-from sandbox.execution import window as _window
+from sandbox.child import timing as _timing
+from sandbox.shared import timing as _shared_timing
+from sandbox.child import window as _window
 
 _CUSTOM_OP = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?")
 _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "profiler", "c10d", "_c10d_functional", "inductor",
@@ -99,7 +100,7 @@ _WATCHED = [
     "torch:nn.Module.__call__", "torch:nn.Module._call_impl",
     "torch:nn.functional.kl_div", "torch:nn.functional.cross_entropy", "torch:nn.functional.log_softmax",
     "torch:log", "torch:softmax", "torch:rand", "torch:randint", "torch:randn", "torch:Generator",
-    "torch:utils.cpp_extension._run_ninja_build",  # the build guard (sandbox/build/no_build.py)
+    "torch:utils.cpp_extension._run_ninja_build",  # the build guard (sandbox/child/no_build.py)
     "sys:exit", "sys:setprofile", "sys:getprofile", "sys:audit", "os:_exit", "os:write", "os:read", "os:listdir",
     "os:urandom", "gc:callbacks",
     "json:dumps", "json:loads", "builtins:type", "builtins:isinstance",
@@ -366,7 +367,8 @@ class Child:
 
     def _watched_modules(self) -> list[types.ModuleType]:
         """The judge's modules in this process whose contents candidate code must leave alone."""
-        return [_timing, _protocol, _compare, _no_build, _audit, _window, _recorder, sys.modules[__name__]]
+        return [_timing, _shared_timing, _protocol, _compare, _no_build, _audit, _window, _recorder,
+                sys.modules[__name__]]
 
     _harness_probe: Callable[[], object] | None = None
     """What the judge runs besides the task's harness (`harness_operators`' `also`): a subclass's checks."""
@@ -402,7 +404,7 @@ class Child:
 
     def _declared_kernels(self) -> set[str]:
         """The kernels the candidate's source declares, in every language, as each names them on the device
-        (CUDA __global__, @triton.jit, @cute.kernel, @T.prim_func: sandbox/languages.py)."""
+        (CUDA __global__, @triton.jit, @cute.kernel, @T.prim_func: sandbox/shared/languages.py)."""
         with open(self.source_path, encoding="utf-8") as fh:
             return set(_languages.kernel_names(fh.read()))
 
@@ -424,7 +426,7 @@ class Child:
         _protocol.send(self.res_fd, message.model_copy(update=checks), payloads)
 
     def load(self, cmd: _protocol.Load) -> _protocol.LoadReply:
-        """Import the candidate and build ModelNew on the device; nothing is compiled here (sandbox/build/no_build.py).
+        """Import the candidate and build ModelNew on the device; nothing is compiled here (sandbox/child/no_build.py).
 
         An extension the build stage did not build fails the load with `NotBuilt`, even when the candidate
         caught it and went on (or failed later for want of it): that refusal is the answer a person needs."""
@@ -743,7 +745,7 @@ def _is_build_failure(message: str) -> bool:
 
 def _construct_for_build(module: types.ModuleType) -> None:
     """Construct ModelNew once, on the CPU, so that extensions built in its __init__ (as many model-written
-    candidates do) are built here too: the execution child never builds (sandbox/build/no_build.py). This child has
+    candidates do) are built here too: the execution child never builds (sandbox/child/no_build.py). This child has
     no device, so an __init__ that needs one fails here and not there: only a failed build counts; anything
     else is one line in the build log, and the execution child constructs it for real."""
     model_cls = getattr(module, "ModelNew", None)
@@ -791,7 +793,7 @@ def compile_only(task_id: TaskId, source_path: str, res_fd: int) -> None:
     """Import the candidate once so its load_inline extensions build; report how that went."""
     task = get_task(task_id)
     accel, slim = os.environ.get("JUDGE_BUILD_ACCEL"), os.environ.get("JUDGE_SLIM_HEADERS") == "1"
-    if accel or slim:  # the judge's faster builds: a precompiled header, slim headers (sandbox/build/hooks.py)
+    if accel or slim:  # the judge's faster builds: a precompiled header, slim headers (sandbox/child/build/hooks.py)
         build_hooks.install(accel, slim_headers=slim, pch_subset=os.environ.get("JUDGE_PCH_SUBSET") != "0")
     tripwires = Tripwires(task.forbidden_aten_ops)
     started = time.monotonic()

@@ -1,5 +1,5 @@
 """How a child turns the judged source into the candidate's model: one way for the execution child
-(sandbox/child/harness.py: its load and its build-only import) and the profiled child (sandbox/profiling/entry.py),
+(sandbox/child/harness.py: its load and its build-only import) and the profiled child (sandbox/child/profiled.py),
 so that what is profiled is loaded exactly as what was judged.
 
 UNTRUSTED from the first line of `import_candidate` on: the candidate's module runs in this process.

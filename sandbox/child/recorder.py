@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from sandbox.profiling import trace as _trace
+from sandbox.shared import trace as _trace
 
 _profile = torch.profiler.profile
 _Activity = torch.profiler.ProfilerActivity

@@ -21,7 +21,7 @@ Untrusted process, same THREAT MODEL as sandbox/child/harness.py (read it first)
   `Integrity` like the rest of the harness;
 - a gradient finished after the batch's last event (the gradient pass deferred to an allocator callback, or left
   on a stream nobody waited for) is caught by digests of sampled rows kept inside the window
-  (sandbox/execution/window.py),
+  (sandbox/child/window.py),
   which `grad_check` computes again on the gradient it reports.
 """
 
@@ -33,13 +33,14 @@ from typing import Any, Callable
 
 import torch
 
-from reference.task import TaskId, generator, row_chunks
+from reference.task import TaskId
 from reference.training import grad_output_scale
-from sandbox import compare as _compare
+from sandbox.shared import compare as _compare
 from sandbox import protocol as _protocol
 from sandbox.child import harness as _child
-from sandbox.execution import timing as _timing
-from sandbox.execution import window as _window
+from sandbox.child import timing as _timing
+from sandbox.child import window as _window
+from sandbox.shared import projection as _projection
 
 
 
@@ -47,21 +48,6 @@ _autograd_backward = torch.autograd.backward
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 GRAPH_WALK_LIMIT = 10_000
 """Autograd nodes visited when looking for a custom Function: the losses here have a handful."""
-
-
-# --- shared with the parent (pure functions: same results in both processes) ------------------------
-
-def projection_weights(cols: int, seed: int, device: torch.device) -> torch.Tensor:
-    """fp64 weights uniform in [-1, 1), one per column, from a seed: bit-identical in parent and child."""
-    return torch.rand(cols, generator=generator(seed, device), dtype=torch.float64, device=device).mul_(2.0).sub_(1.0)
-
-
-def project_rows(matrix: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """matrix @ weights in fp64, over row chunks (bounds the fp64 copy of a 1 GiB gradient to 128 MiB)."""
-    rows, cols = matrix.shape
-    chunks = row_chunks(rows, cols)
-    return torch.cat([torch.mv(matrix[s:s + chunks.step].double(), weights) for s in chunks]) if rows else \
-        torch.zeros(0, dtype=torch.float64, device=matrix.device)
 
 
 def has_custom_function(loss: torch.Tensor) -> bool:
@@ -101,12 +87,12 @@ class TrainingChild(_child.Child):
         """What the last batch's steps left inside the window: digests of sampled rows of each gradient."""
 
     def _watched_modules(self) -> list[types.ModuleType]:
-        return [*super()._watched_modules(), sys.modules[__name__]]
+        return [*super()._watched_modules(), _projection, sys.modules[__name__]]
 
     def _harness_probe(self) -> None:
         """What `grad_check`, `arm` and a step's window run besides the task's own harness, on a small gradient."""
         grad = torch.rand(8, 64, device=self.device)
-        project_rows(grad, projection_weights(64, 0, self.device)).cpu()
+        _projection.project_rows(grad, _projection.projection_weights(64, 0, self.device)).cpu()
         grad[torch.tensor([0, 3], dtype=torch.int64, device=self.device)].contiguous().cpu()
         torch.tensor(1.5, dtype=torch.float32, device=self.device)
         leaf = torch.rand(8, 64, device=self.device)
@@ -270,7 +256,7 @@ class TrainingChild(_child.Child):
         if grad.dim() != 2 or not grad.is_floating_point():
             return reply, []  # the parent refuses the shape or dtype before reading any payload
         grad = grad.detach()
-        projections = project_rows(grad, projection_weights(grad.shape[1], cmd.weight_seed, self.device))
+        projections = _projection.project_rows(grad, _projection.projection_weights(grad.shape[1], cmd.weight_seed, self.device))
         index = torch.tensor(cmd.rows, dtype=torch.int64, device=self.device)
         rows = grad[index].contiguous().cpu()
         return reply, [projections.cpu().numpy().tobytes(), rows.view(-1).view(torch.uint8).numpy().tobytes()]

@@ -19,7 +19,7 @@ import torch
 from reference import TaskId
 from sandbox.config import JudgeConfig
 from sandbox.environment import device_name
-from sandbox.execution import timing
+from sandbox.shared import timing
 
 CACHE_FILE = "baselines.json"
 _WATCHED_MAIN = """\

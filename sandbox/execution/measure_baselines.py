@@ -2,6 +2,10 @@
 loss where it fits) and the device's memory bandwidth: the entry module of the trusted subprocess that
 sandbox/execution/baseline.py starts (`python -m sandbox.execution.measure_baselines`), never a process that
 imported candidate code. Nothing imports it, so it runs as one copy, `__main__`.
+
+It times the reference with the execution child's own loop (sandbox/child/timing.py), so a candidate and its baseline
+are timed alike: the one module outside sandbox/child/ that imports from there (tests/test_lint.py names it), and it
+runs in a trusted process of its own, never in the judge's.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import torch
 
 from reference import Task, TaskId, get_task
 from reference.training import full_gradient
-from sandbox.compare import compare
+from sandbox.shared.compare import compare
 from sandbox.config import JudgeConfig
+from sandbox.child import timing as child_timing
 from sandbox.execution import timing
 
 BANDWIDTH_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
@@ -34,14 +39,14 @@ def bandwidth_probe(device: torch.device, reps: int = 20) -> dict:
     Both tasks mostly read, and a read-only stream runs a little faster than a copy (no write-back
     turnarounds), so taking only the copy would put the best kernels above 100% of speed-of-light.
     `bandwidth_bytes_per_s` is each probe's median over `reps` calls, each call's time its batch's mean (as
-    `timing.time_calls` times them, 3 warm-up calls, batches of MAX_BATCH). `bandwidth_probe` adds, per probe, the
+    `child_timing.time_calls` times them, 3 warm-up calls, batches of MAX_BATCH). `bandwidth_probe` adds, per probe, the
     quartiles of the calls' own bandwidths (each call's events, not its batch's mean): the within-run spread that
     sandbox/execution/plausibility.py's SOL_PROBE_MARGIN is set against.
     """
     n = BANDWIDTH_BYTES[device.type] // 4
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    clock = timing.DeviceClock(device)
+    clock = child_timing.DeviceClock(device)
     clock.calibrate()
 
     def probe(fn: Callable[[], object], nbytes: int) -> dict[str, float]:
@@ -51,7 +56,7 @@ def bandwidth_probe(device: torch.device, reps: int = 20) -> dict:
         means: list[float] = []
         calls: list[float] = []
         while len(means) < reps:
-            timed = timing.time_batch(clock, [fn] * min(timing.MAX_BATCH, reps - len(means)))
+            timed = child_timing.time_batch(clock, [fn] * min(timing.MAX_BATCH, reps - len(means)))
             means += [timed.mean_ms] * len(timed.times_ms)
             calls += timed.times_ms
         per_s = nbytes / (np.asarray(calls) / 1e3)
@@ -74,12 +79,12 @@ def measure(task_id: TaskId, device_str: str, shape: tuple[int, ...], names: tup
         return measure_training(task, device, shape, names, config)
     inputs = task.make_inputs(shape, task.distributions[0], 1234, device)
     model = task.model_cls().to(device)
-    clock = timing.DeviceClock(device)
+    clock = child_timing.DeviceClock(device)
     clock.calibrate()
     result: dict = {"baselines": {}, **bandwidth_probe(device)}
     for name in names:
         fn = torch.compile(model) if name == "compile" else model
-        est = timing.time_calls(clock, lambda: fn(*inputs), reps=3, warmup=2)
+        est = child_timing.time_calls(clock, lambda: fn(*inputs), reps=3, warmup=2)
         reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps,
                                         config.max_reps)
         if device.type == "cuda":
@@ -87,7 +92,7 @@ def measure(task_id: TaskId, device_str: str, shape: tuple[int, ...], names: tup
             base = torch.cuda.memory_allocated(device)
         # Batched as the candidate's calls are (sandbox/execution/phases.py), so both are timed alike.
         batch = timing.batch_size(device, task.min_bytes(shape))
-        times = timing.time_calls(clock, lambda: fn(*inputs), reps=reps, warmup=warmup, batch=batch)
+        times = child_timing.time_calls(clock, lambda: fn(*inputs), reps=reps, warmup=warmup, batch=batch)
         result["baselines"][name] = timing.summarize(times.times_ms)
         if name == "eager" and device.type == "cuda":
             result["reference_peak_memory_bytes"] = torch.cuda.max_memory_allocated(device) - base
@@ -143,20 +148,20 @@ def measure_training(task: Task, device: torch.device, shape: tuple[int, ...], n
     leaf = inputs[task.training.grad_input].detach().clone().requires_grad_(True)
     args = [leaf, *inputs[1:]]
     model = task.model_cls().to(device)
-    clock = timing.DeviceClock(device)
+    clock = child_timing.DeviceClock(device)
     clock.calibrate()
     result: dict = {"baselines": {}, "forward_baselines": {}, "skipped": {},
                     "bandwidth_bytes_per_s": measure_bandwidth(device)}
 
     def timed(fn: Callable[[], object]) -> tuple[dict, int | None]:
-        est = timing.time_calls(clock, fn, reps=3, warmup=2)
+        est = child_timing.time_calls(clock, fn, reps=3, warmup=2)
         reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps,
                                         config.max_reps)
         base = None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        times = timing.time_calls(clock, fn, reps=reps, warmup=warmup)
+        times = child_timing.time_calls(clock, fn, reps=reps, warmup=warmup)
         peak = torch.cuda.max_memory_allocated(device) - base if base is not None else None
         return timing.summarize(times.times_ms), peak
 

@@ -6,7 +6,7 @@ Until `candidate_loaded` is set, no candidate code has run, so a failure of the 
 (system_error, retried); from then on it is the candidate's.
 
 Nothing is compiled while the device is held: the child loads only what the build stage built (an extension
-it would have to build is a compile_error, sandbox/build/no_build.py), and the load has a limit of seconds
+it would have to build is a compile_error, sandbox/child/no_build.py), and the load has a limit of seconds
 (JudgeConfig.load_timeout_s), not the build's minutes.
 
 Timing (the heart of the integrity scheme, see docs/threat-model.md): every timed call gets inputs from
@@ -42,12 +42,13 @@ from sandbox.execution import tracing
 from sandbox.execution.making import made_on_device
 from sandbox.profiling import clocks
 from sandbox import protocol as msg
-from sandbox.compare import compare, dtype_name, fingerprint, tensor_from_bytes
+from sandbox.shared.compare import compare, dtype_name, fingerprint, tensor_from_bytes
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
 from sandbox.supervisor import ChildFailure, ChildResult, ChildSession
 from sandbox.stages import timed
-from sandbox.execution.timing import batch_size, lead_flushes, plan_reps, summarize
+from sandbox.execution.timing import batch_size, plan_reps, summarize
+from sandbox.shared.timing import lead_flushes
 from sandbox.verdict import Performance, Status, TimingStats, TrialResult
 
 if TYPE_CHECKING:

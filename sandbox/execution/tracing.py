@@ -1,5 +1,5 @@
 """The parent's side of the kernel trace (issue 28): read what the child's recorder wrote, check that it was not cut,
-and apply the rules of sandbox/profiling/trace.py to the timing phase.
+and apply the rules of sandbox/shared/trace.py to the timing phase.
 
 Trusted process. Everything read here was written by the untrusted child (sandbox/child/recorder.py): the file names
 it claims are checked against the recorder's own pattern, each file is opened without following a link, must be a
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.profiling import trace
+from sandbox.shared import trace
 
 SEGMENT_NAME = re.compile(r"judge-trace-(\d{1,3})\.json")
 """The recorder's segment files (sandbox/child/recorder.py SEGMENT), and no other name."""
@@ -81,7 +81,7 @@ def read_segments(work_dir: Path, names: list[str], limit: int = trace.MAX_TRACE
 
 def parse_segments(texts: list[str]) -> list[trace.Record]:
     """Every segment's device records, merged in time order (the annotations a trace might hold are not read: the
-    windows come from the canaries, sandbox/profiling/trace.py)."""
+    windows come from the canaries, sandbox/shared/trace.py)."""
     records: list[trace.Record] = []
     for text in texts:
         records += trace.parse_chrome_trace(text)[0]

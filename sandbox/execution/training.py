@@ -38,11 +38,11 @@ from reference.task import row_chunks
 from reference.training import grad_output_scale
 from sandbox.execution import plausibility
 from sandbox import protocol as msg
-from sandbox.compare import dtype_name, fingerprint, tensor_from_bytes
+from sandbox.shared.compare import dtype_name, fingerprint, tensor_from_bytes
 from sandbox.execution.making import made_on_device
 from sandbox.execution.phases import CallTruth, Execution, _Stop
 from sandbox.execution.timing import ARMED_BYTES, batch_size, summarize
-from sandbox.child.training import projection_weights
+from sandbox.shared.projection import projection_weights
 from sandbox.verdict import Status, TimingStats
 
 GRAD_SAMPLE_BYTES = 8 << 20

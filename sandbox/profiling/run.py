@@ -3,7 +3,7 @@
 Trusted code (the judge's side). The sandbox is the execution child's (sandbox/isolation.py through the
 helpers of sandbox/supervisor.py): the candidate's build directory at /build, its judged source read-only, the
 judge's packages read-only, the GPU nodes, no network, the same memory, process and output limits, a wall
-limit of its own (`time_limit_s`). Inside it, ncu runs `python -m sandbox.profiling.entry` and writes its raw
+limit of its own (`time_limit_s`). Inside it, ncu runs `python -m sandbox.child.profiled` and writes its raw
 CSV to a file in /build, which the parent reads without following links (the candidate could have left a link
 to a host file there) and bounded in size, then parses (sandbox/profiling/report.py).
 
@@ -126,7 +126,7 @@ def profile_candidate(prepared: PreparedCandidate, device: str, *, config: Judge
     paths = ChildPaths.for_mechanism(mechanism, prepared.build_dir)
     source = SOURCE_MOUNT if mechanism == "bwrap" else str(prepared.source_path)
     log_name = f"ncu-profile-{uuid.uuid4().hex}.csv"
-    target = [sys.executable, "-B", "-m", "sandbox.profiling.entry", "--task", prepared.task_id, "--device", device,
+    target = [sys.executable, "-B", "-m", "sandbox.child.profiled", "--task", prepared.task_id, "--device", device,
               "--source", source, "--calls", str(calls),
               "--seed", str(seed if seed is not None else int.from_bytes(os.urandom(4), "little"))]
     spec = isolation.SandboxSpec(

@@ -10,7 +10,7 @@ and the total:
               first, sandbox/build/accel.py); the one-time PCH build of the variants the candidate needs is
               timed separately, before the builds
     slim      the judge's default: that PCH, and for CUDA the .cu compiled against slim torch headers
-              (sandbox/build/slim_headers.py); each build says whether its .cu built slim or fell back, and which
+              (sandbox/child/build/slim_headers.py); each build says whether its .cu built slim or fell back, and which
               PCH its main.cpp was built with
     slim-full-main  slim, but main.cpp with the full PCH only (the judge with JUDGE_PCH_SUBSET=0)
     split     slim, and nvcc's two front ends side by side (sandbox/build/nvcc_split.py, under bubblewrap only)

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sandbox.build.slim_headers import SLIM_DIR  # the slim headers' directory inside a build
+from sandbox.child.build.slim_headers import SLIM_DIR  # the slim headers' directory inside a build
 
 
 def step_command(build_dir: Path, output: str) -> str:

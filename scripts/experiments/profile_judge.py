@@ -31,7 +31,7 @@ import torch
 
 from reference import all_tasks
 from sandbox import JudgeConfig, Verdict, execute, prepare
-from sandbox.compare import fingerprint
+from sandbox.shared.compare import fingerprint
 from sandbox.supervisor import ChildSession
 
 

@@ -2,7 +2,7 @@
 
 For each candidate file (a module that calls `load_inline` with CUDA sources), the `.cu` is written as
 `load_inline` writes it and compiled with nvcc and torch's own flags, twice where asked: against the slim
-headers (sandbox/build/slim_headers.py, pointed at through NVCC_APPEND_FLAGS as the build child does) and against
+headers (sandbox/child/build/slim_headers.py, pointed at through NVCC_APPEND_FLAGS as the build child does) and against
 torch's full headers. It prints, per candidate, whether each compiled and how long it took, and a summary:
 the share that builds slim, and the wall time of both. It needs no GPU (nvcc and torch's headers suffice)
 and never runs candidate code: the sources are read from the file's syntax tree.
@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sandbox.build import hooks as build_hooks
-from sandbox.build import slim_headers
+from sandbox.child.build import hooks as build_hooks
+from sandbox.child.build import slim_headers
 
 IMPLICIT = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
 """What load_inline puts before a candidate's CUDA sources (torch/utils/cpp_extension.py, load_inline)."""

@@ -10,7 +10,7 @@ is sent before any answer is awaited), follows each to its verdict and writes bu
 
 - the time from the burst to the last verdict;
 - every candidate's verdict against the one its corpus file declares (`expect:`); a file in a kernel language this
-  host lacks (sandbox/languages.py) is expected to be refused for that, as compile_error naming the package;
+  host lacks (sandbox/shared/languages.py) is expected to be refused for that, as compile_error naming the package;
 - the device holds (service.observability.timeline, the same code as scripts/bench/bench_multi_device.py): each
   device's busy fraction over the burst and over its device stage, device seconds per candidate, the longest hold
   of each candidate, and the holds longer than the slowest honest (`expect: correct`, judged correct) one.
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 
-from sandbox import languages
+from sandbox.shared import languages
 from service.client import JudgeClient
 from service.client.errors import JudgeError
 from service.db.session import Database

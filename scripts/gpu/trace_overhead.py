@@ -82,7 +82,7 @@ def workload(name: str, device: Any) -> Callable[[], object]:
 def one_variant(variant: str, batches: int, batch: int) -> dict:
     import torch
     from sandbox.child.recorder import Recorder
-    from sandbox.execution.timing import DeviceClock, time_cuda_batch
+    from sandbox.child.timing import DeviceClock, time_cuda_batch
     device = torch.device("cuda:0")
     clock = DeviceClock(device)
     clock.calibrate()
@@ -133,7 +133,7 @@ def one_variant(variant: str, batches: int, batch: int) -> dict:
                                   "max_ms": max(medians), "host_ms_per_call_in_batch": statistics.median(host_per_call),
                                   "host_enqueue_ms_per_call": host_enqueue, "hidden_batches": hidden}
     if recorder is not None:  # what the record holds: the canaries with their bytes, annotations or none
-        from sandbox.profiling import trace
+        from sandbox.shared import trace
         files = recorder.finish()["files"]
         kinds: dict[str, int] = {}
         windows = canaries = 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, false, or_, select, true
 from sqlalchemy.orm import Session
 
-from sandbox.languages import LANGUAGES
+from sandbox.shared.languages import LANGUAGES
 from sandbox.needs import GPU, Capabilities, Needs
 from sandbox.needs import needs as needs_of
 from service.db.models import Job, WorkerRow, utcnow

@@ -1,4 +1,4 @@
-"""The shared precompiled torch/extension.h (sandbox/build/accel.py, sandbox/build/hooks.py), for real.
+"""The shared precompiled torch/extension.h (sandbox/build/accel.py, sandbox/child/build/hooks.py), for real.
 
 Real g++, real bubblewrap builds, real locks between processes. The PCH variants live in the session's
 cache root, like every other test's, so the corpus tests reuse what these build.
@@ -23,7 +23,7 @@ import pytest
 
 from sandbox import Status, judge
 from sandbox.build import accel as build_accel
-from sandbox.build import hooks as build_hooks
+from sandbox.child.build import hooks as build_hooks
 from sandbox.pipeline import PreparedCandidate, prepare
 
 from .conftest import CORPUS

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sandbox.compare import compare, fingerprint, tensor_from_bytes
+from sandbox.shared.compare import compare, fingerprint, tensor_from_bytes
 
 
 def test_scalar_within_and_outside_tolerance():

@@ -20,9 +20,10 @@ import torch.utils.cpp_extension as ext
 
 from sandbox.build import accel as build_accel
 from sandbox.build import advice as build_advice
-from sandbox.build import hooks as build_hooks
+from sandbox.child.build import hooks as build_hooks
 from sandbox.build import compiler as build
-from sandbox.build.errors import diagnosis_line, place, unchangeable
+from sandbox.build.errors import diagnosis_line, place
+from sandbox.child.build.retry_rule import unchangeable
 from sandbox.config import JudgeConfig
 from sandbox.extract import ExtractionError, extract_candidate
 from sandbox.pipeline import PreparedCandidate, prepare

@@ -24,9 +24,9 @@ import pytest
 import torch
 
 from sandbox import Status, judge
-from sandbox.execution import timing
-from sandbox.execution.timing import DeviceClock, time_cpu_batch
-from sandbox.execution.window import Keeper, changed_after, gradient_changed_after
+from sandbox.child import timing
+from sandbox.child.timing import DeviceClock, time_cpu_batch
+from sandbox.child.window import Keeper, changed_after, gradient_changed_after
 
 pytestmark = pytest.mark.slow  # each scenario runs in a fresh interpreter
 

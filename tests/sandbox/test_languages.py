@@ -1,4 +1,4 @@
-"""The kernel languages (sandbox/languages.py): their kernels are recognised among the device kernels that ran,
+"""The kernel languages (sandbox/shared/languages.py): their kernels are recognised among the device kernels that ran,
 their JIT caches are in the candidate's build directory, and a host lists exactly the ones that import there.
 
 The device kernel names below are the ones the pinned versions produced for these sources (CuTe DSL 4.8.1's
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from reference import get_task
-from sandbox import languages, supervisor
+from sandbox import supervisor
+from sandbox.shared import languages
 from sandbox.static_checks import check_source, supported_languages
 from service.prompts import EXAMPLES
 

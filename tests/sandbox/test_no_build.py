@@ -17,7 +17,7 @@ import pytest
 
 from sandbox import Status, judge
 from sandbox.config import JudgeConfig
-from sandbox.build.no_build import pending_steps
+from sandbox.child.no_build import pending_steps
 
 pytestmark = pytest.mark.slow  # real ninja builds
 
@@ -113,7 +113,7 @@ def test_a_lock_file_left_by_a_killed_build_is_refused_at_once_not_waited_on(tmp
     guard refuses instead (a real torch, in a child process of its own: `install` patches torch globally)."""
     (tmp_path / "ext").mkdir()
     (tmp_path / "ext" / "lock").write_text("")
-    script = ("import sys; from sandbox.build import no_build; guard = no_build.install()\n"
+    script = ("import sys; from sandbox.child import no_build; guard = no_build.install()\n"
               "from torch.utils.file_baton import FileBaton\n"
               "try:\n    FileBaton(sys.argv[1]).wait()\n"
               "except no_build.NotBuilt as exc:\n    print('refused', exc.name, exc.reasons[0]); sys.exit(0)\n"

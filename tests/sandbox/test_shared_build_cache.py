@@ -138,7 +138,7 @@ def test_the_key_holds_where_torch_and_cuda_live_and_what_the_judge_adds() -> No
 
 def test_a_refusal_of_a_build_made_in_this_judging_stays_the_candidates_compile_error(config: JudgeConfig) -> None:
     """A candidate whose flags change at run time is refused on its cached build, built again, and refused again:
-    then the refusal is the candidate's (sandbox/build/no_build.py), however often it is judged."""
+    then the refusal is the candidate's (sandbox/child/no_build.py), however often it is judged."""
     source = (CANDIDATES / "stamped_build_flags.py").read_text()
     first = judge("kl_div", source, "cpu", config=config)
     assert first.status is Status.COMPILE_ERROR and first.details.get("rule") == "not_built", first.diagnosis

@@ -1,5 +1,5 @@
-"""Slim torch headers for a candidate's .cu (sandbox/build/slim_headers.py) and the build hook that falls back to
-torch's own (sandbox/build/hooks.py), with real nvcc and ninja.
+"""Slim torch headers for a candidate's .cu (sandbox/child/build/slim_headers.py) and the build hook that falls back to
+torch's own (sandbox/child/build/hooks.py), with real nvcc and ninja.
 
 Most builds here use a miniature torch include tree (an ATen/ATen.h whose operator table declares one
 function, a torch/types.h, one operator header), so that each nvcc run takes seconds; one builds a typical
@@ -20,9 +20,9 @@ import pytest
 import torch.utils.cpp_extension as ext
 
 from sandbox.build import advice as build_advice
-from sandbox.build import hooks as build_hooks
+from sandbox.child.build import hooks as build_hooks
 from sandbox.build import compiler as build
-from sandbox.build import slim_headers
+from sandbox.child.build import slim_headers
 from sandbox.config import JudgeConfig
 
 pytestmark = pytest.mark.slow  # real nvcc and ninja builds
@@ -226,5 +226,5 @@ def test_the_hook_reads_include_directories_as_torch_writes_them() -> None:
 
 
 def test_no_advice_for_a_slim_build() -> None:
-    log = "[judge] ext: .cu built against the slim torch headers (sandbox/build/slim_headers.py)"
+    log = "[judge] ext: .cu built against the slim torch headers (sandbox/child/build/slim_headers.py)"
     assert build_advice.advice(log) is None

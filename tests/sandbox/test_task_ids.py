@@ -11,7 +11,7 @@ import torch
 from reference import TaskId
 from sandbox import prepare
 from sandbox.environment import device_name
-from sandbox.execution import timing
+from sandbox.shared import timing
 from sandbox.execution.baseline import cache_key
 from sandbox.verdict import Verdict
 

@@ -23,8 +23,9 @@ import torch
 from sandbox import Status, judge
 from sandbox.execution.phases import TimedCall, host_decided
 from sandbox import protocol as msg
-from sandbox.execution import timing
-from sandbox.execution.timing import DeviceClock, time_batch
+from sandbox.child import timing
+from sandbox.shared import timing as shared_timing
+from sandbox.child.timing import DeviceClock, time_batch
 from sandbox.execution.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
     MIN_CLAIM_FRACTION,
@@ -432,11 +433,11 @@ def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> N
 def test_the_lead_covers_the_hosts_queueing_of_the_batch_s_inputs() -> None:
     """Where making the batch's inputs takes the host longer to queue than LEAD_MS, the lead is LEAD_MAKE_FACTOR times
     that for all its calls (the device then never waits for the host inside the span it reports), capped at
-    MAX_LEAD_MS. The parent counts the same flushes as the judge's own work (timing.lead_flushes)."""
-    assert timing.lead_flushes(0.5, 0.1, 1, 0.09) == 6
-    assert timing.lead_flushes(0.5, 0.5, 8, 0.09) == math.ceil(timing.LEAD_MAKE_FACTOR * 8 * 0.5 / 0.09)
-    assert timing.lead_flushes(0.5, 100.0, 3, 0.09) == math.ceil(timing.MAX_LEAD_MS / 0.09)
-    assert timing.lead_flushes(0.0, 1.0, 3, 0.09) == 0
+    MAX_LEAD_MS. The parent counts the same flushes as the judge's own work (lead_flushes)."""
+    assert shared_timing.lead_flushes(0.5, 0.1, 1, 0.09) == 6
+    assert shared_timing.lead_flushes(0.5, 0.5, 8, 0.09) == math.ceil(shared_timing.LEAD_MAKE_FACTOR * 8 * 0.5 / 0.09)
+    assert shared_timing.lead_flushes(0.5, 100.0, 3, 0.09) == math.ceil(shared_timing.MAX_LEAD_MS / 0.09)
+    assert shared_timing.lead_flushes(0.0, 1.0, 3, 0.09) == 0
 
 
 def test_a_traced_child_queues_a_longer_lead_unless_told_otherwise(monkeypatch) -> None:

@@ -19,7 +19,8 @@ from sandbox.execution import plausibility
 from sandbox import protocol as msg
 from sandbox.execution import training
 from sandbox.execution.timing import batch_size
-from sandbox.child.training import has_custom_function, project_rows, projection_weights
+from sandbox.child.training import has_custom_function
+from sandbox.shared.projection import project_rows, projection_weights
 
 from .conftest import CORPUS
 

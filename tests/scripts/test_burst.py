@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import languages
+from sandbox.shared import languages
 from scripts.gpu import burst
 from tests.sandbox.conftest import corpus_meta
 from tests.service.conftest import free_port

@@ -50,7 +50,7 @@ def test_unknown_task_is_404_with_valid_ids(client):
 
 
 def test_the_list_names_the_kernel_languages_this_host_judges(client):
-    """Here CUDA C++ always, Triton, CuTe DSL and TileLang exactly when they import (sandbox/languages.py)."""
+    """Here CUDA C++ always, Triton, CuTe DSL and TileLang exactly when they import (sandbox/shared/languages.py)."""
     import importlib.util
 
     expected = ["cuda"] + [lid for lid, module in (("triton", "triton"), ("cute", "cutlass"), ("tilelang", "tilelang"))

@@ -12,7 +12,7 @@ from service import crud
 from service.api import schemas
 from service.api.deps import ReadSessionDep, SettingsDep, TaskDep
 from service.api.errors import responses
-from sandbox import languages
+from sandbox.shared import languages
 from service.core.config import Settings
 from service.prompts import LANGUAGES as PROMPT_LANGUAGES
 from service.prompts import generation_prompt

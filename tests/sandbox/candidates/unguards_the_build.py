@@ -1,5 +1,5 @@
 """A PyTorch-only kl_div that replaces torch's ninja run in the execution child, where the judge's build guard
-stands (sandbox/build/no_build.py): that is tampering with the judge, reported after the load."""
+stands (sandbox/child/no_build.py): that is tampering with the judge, reported after the load."""
 import torch.nn as nn
 import torch.utils.cpp_extension as cpp_extension
 

@@ -36,7 +36,7 @@ def main() -> None:
     if torch.version.cuda is None:
         torch.version.cuda = "13.0"
     if not args.no_hooks:
-        from sandbox.build import hooks as build_hooks
+        from sandbox.child.build import hooks as build_hooks
 
         build_hooks.install(None, slim_headers=True)
     includes = [f"-isystem {d}" for d in args.include]

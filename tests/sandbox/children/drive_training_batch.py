@@ -13,9 +13,10 @@ import torch
 from reference import get_task
 from reference.training import full_gradient, grad_output_scale
 from sandbox import protocol as msg
-from sandbox.compare import fingerprint
+from sandbox.shared.compare import fingerprint
 from sandbox.child.harness import OutputRejected
-from sandbox.child.training import TrainingChild, project_rows, projection_weights
+from sandbox.child.training import TrainingChild
+from sandbox.shared.projection import project_rows, projection_weights
 
 source, steps = sys.argv[1], int(sys.argv[2])
 task = get_task("kl_div_train")

@@ -15,7 +15,7 @@ import torch
 
 from sandbox.child import audit
 from sandbox.child.harness import Tripwires
-from sandbox.execution.timing import DeviceClock
+from sandbox.child.timing import DeviceClock
 
 
 class Harness:

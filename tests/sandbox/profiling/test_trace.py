@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.profiling.trace import (Record, TraceParseError, Window, check, differing_calls, outside_windows,
+from sandbox.shared.trace import (Record, TraceParseError, Window, check, differing_calls, outside_windows,
                                      parse_chrome_trace, per_call)
 
 TRACES = Path(__file__).resolve().parents[2] / "fixtures" / "trace"

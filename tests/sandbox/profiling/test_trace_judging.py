@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.execution import phases, tracing
-from sandbox.profiling import trace
+from sandbox.shared import trace
 from sandbox import protocol as msg
 from sandbox.config import JudgeConfig
 from sandbox.verdict import Status

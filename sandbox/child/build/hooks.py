@@ -30,7 +30,7 @@ without these hooks, then finds every output up to date instead of rebuilding.
    plain files (sandbox/compile.audit). Otherwise ninja's record of main.cpp's headers is empty (g++ lists
    no header read from a PCH, and torch's are system headers).
 
-2. Slim torch headers for the `.cu` (`JUDGE_SLIM_HEADERS`, sandbox/build/slim_headers.py). The hook writes them
+2. Slim torch headers for the `.cu` (`JUDGE_SLIM_HEADERS`, sandbox/child/build/slim_headers.py). The hook writes them
    into the extension's build directory and points nvcc, and only nvcc, at them with `-I` in
    `NVCC_APPEND_FLAGS` for the ninja run. If a `.cu` fails to compile that way, the slim headers are removed
    and ninja runs again: the `.cu` is compiled against torch's own headers, as without the judge, and that
@@ -39,7 +39,7 @@ without these hooks, then finds every output up to date instead of rebuilding.
 
 Both fallbacks are one wrapper around torch's ninja run (`run_with_fallbacks`): a failed run is retried once
 per accelerator that the failure can be blamed on (the `.cu` object: the slim headers; main.o: the subset PCH,
-then the full PCH). Not when no header can change the outcome (sandbox/compile_errors.unchangeable: every error
+then the full PCH). Not when no header can change the outcome (sandbox/child/build/retry_rule.unchangeable: every error
 in the candidate's own main.cpp or .cu, none of the kinds a left-out declaration causes): a missing semicolon is
 reported from the first compile, not after a second one against torch's full headers (60-65 s of nvcc).
 """
@@ -56,25 +56,19 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from sandbox.build import errors as compile_errors
-from sandbox.build import slim_headers
-from sandbox.build.accel import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
+from sandbox.child.build import retry_rule
+from sandbox.child.build import slim_headers
+from sandbox.shared.accel_layout import ACCELERATOR_WORDS, FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
 
-VERSION = 3
-"""What these hooks do, as a number: part of every stored build outcome (sandbox/compile.accelerator_config), so
-that a compile error stored under older hooks is tried again."""
 PCH_MIRROR = ".judge-pch"
 """Inside an extension's build directory: the directory CPATH names while ninja runs (see the module doc)."""
-ACCELERATOR_WORDS = re.compile(r"\.gch\b|precompiled header|/judge-accel\b|/build-accel/|\.judge-pch\b"
-                               r"|\.judge-slim\b")
-"""What only a compiler's output that the judge's accelerators took part in contains."""
 _OURS = "JUDGE_PCH_CPATH"
 """Remembers the CPATH value this hook set, to tell it from one the candidate set."""
 _FULL = "JUDGE_PCH_FULL"
 """While main.cpp is offered the subset PCH: the full PCH's directory, main.cpp's fallback."""
 RETRY_EVERY_FAILURE = "JUDGE_RETRY_EVERY_FAILURE"
 """Set to 1 in the build child's environment: every failure an accelerator could be blamed on is built again
-without it, even one that `compile_errors.unchangeable` says no header changes (the differential test
+without it, even one that `retry_rule.unchangeable` says no header changes (the differential test
 tests/sandbox/test_compile_errors.py compares both)."""
 NVCC_ENV = "NVCC_APPEND_FLAGS"
 """Flags nvcc appends to every command line (CUDA 11.5+); g++ never reads it, so main.cpp is untouched."""
@@ -300,7 +294,8 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
         try:
             result = original(build_directory, verbose, error_prefix)
             if slim:
-                note(f"{directory.name}: .cu built against the slim torch headers (sandbox/build/slim_headers.py)")
+                note(f"{directory.name}: .cu built against the slim torch headers "
+                     "(sandbox/child/build/slim_headers.py)")
             if subset:
                 os.environ.pop(_FULL, None)
                 note(f"{directory.name}: main.cpp built with the subset of torch/extension.h")
@@ -310,7 +305,7 @@ def run_with_fallbacks(original: Callable[..., Any], build_directory: str, verbo
             log, retry = str(exc), False
             if (((slim and _CU_OBJECT_FAILED.search(log)) or (subset and _MAIN_OBJECT_FAILED.search(log)))
                     and not ACCELERATOR_WORDS.search(log) and os.environ.get(RETRY_EVERY_FAILURE) != "1"):
-                final = compile_errors.unchangeable(log, directory)
+                final = retry_rule.unchangeable(log, directory)
                 if final:
                     note(f"{directory.name}: not built again with fuller headers: {final}")
                     raise

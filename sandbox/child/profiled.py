@@ -4,9 +4,9 @@ UNTRUSTED once the candidate is imported, like sandbox/child/harness.py, but it 
 the judge (ncu, its wrapper in the same sandbox, writes the profile), and nothing it could do changes a verdict
 or a ranked time, only the candidate's own advisory profile. So it has none of the execution child's integrity
 checks; it keeps the one guard that protects the host's time: the extension builder may only load what the
-build stage built (sandbox/build/no_build.py), so no compile runs while the device is held.
+build stage built (sandbox/child/no_build.py), so no compile runs while the device is held.
 
-Run as `python -m sandbox.profiling.entry --task T --device cuda --source S --calls N --seed K`: one warm-up
+Run as `python -m sandbox.child.profiled --task T --device cuda --source S --calls N --seed K`: one warm-up
 call (lazy set-up, autotuning), then N calls between cudaProfilerStart and cudaProfilerStop, with a device
 synchronisation after each. Exit status 0 when all ran; otherwise the error is on stderr and the status is 1.
 """
@@ -21,7 +21,7 @@ import traceback
 import torch
 
 from reference import OFFICIAL, TaskId, get_task
-from sandbox.build import no_build
+from sandbox.child import no_build
 from sandbox.child.loading import load_model
 
 
@@ -56,7 +56,7 @@ def run(task_id: TaskId, device_name: str, source: str, calls: int, seed: int) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sandbox.profiling.entry")
+    parser = argparse.ArgumentParser(prog="python -m sandbox.child.profiled")
     parser.add_argument("--task", required=True)
     parser.add_argument("--device", required=True)
     parser.add_argument("--source", required=True)

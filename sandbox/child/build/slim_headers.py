@@ -15,10 +15,10 @@ What this module writes, per extension, in a directory of the candidate's own bu
                            texts read from the installed torch, so its own declarations are the ones used
     torch/extension.h ...  one line each, including kernel_judge_slim.h, for the umbrellas in UMBRELLAS
 
-The build child (sandbox/build/hooks.py) points nvcc, and only nvcc, at that directory (`-I` through
+The build child (sandbox/child/build/hooks.py) points nvcc, and only nvcc, at that directory (`-I` through
 `NVCC_APPEND_FLAGS`; main.cpp and its precompiled header are untouched). If the `.cu` does not compile
 against the slim headers, the directory is removed and the extension is built again exactly as torch
-would (sandbox/build/hooks.py): a candidate never gets a compile error, a diagnosis or a verdict that torch's own
+would (sandbox/child/build/hooks.py): a candidate never gets a compile error, a diagnosis or a verdict that torch's own
 headers would not give it.
 
 Why a build that compiles against both behaves the same: the slim header declares a subset of what the
@@ -115,7 +115,7 @@ def slim_header_text(include_dirs: list[Path], operators: tuple[str, ...]) -> st
     if aten is None or types is None:
         return None
     parts = [
-        "// Written by the judge for this build (sandbox/build/slim_headers.py): torch's own ATen/ATen.h and",
+        "// Written by the judge for this build (sandbox/child/build/slim_headers.py): torch's own ATen/ATen.h and",
         "// torch/types.h without the tables of every operator, plus the operators this .cu names.",
         "#pragma once",
         without_includes(aten.read_text(), OPERATOR_TABLES),

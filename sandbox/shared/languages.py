@@ -16,7 +16,7 @@ kernels that ran. Each language names its kernels differently on the device:
 - TileLang: `<name>_kernel` for a `@T.prim_func` named `<name>` (the generated CUDA source's `__global__`).
 
 JIT compilation and its caches. torch's extension builder runs in the build stage and never in the execution
-child (sandbox/build/no_build.py). The JIT languages compile when the candidate asks them to, which for most
+child (sandbox/child/no_build.py). The JIT languages compile when the candidate asks them to, which for most
 candidates is in `forward`, with the shapes of the call; their target is pinned for both children (`jit_env`:
 sm_90a on the H100/H200 hosts), since the build child has no device to ask.
 

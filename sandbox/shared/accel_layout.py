@@ -1,0 +1,34 @@
+"""The precompiled headers' layout, as the parent writes it (sandbox/build/accel.py) and the build child's hooks read it
+(sandbox/child/build/hooks.py): file names inside a variant, how flags are compared, what the accelerators' own words
+in a compiler's output look like, and the hooks' version, part of every stored build outcome.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+PCH_NAME = "torch/extension.h.gch"
+SUBSET_DIR = "main-subset"
+"""Inside a variant: the subset PCH's own include directory (the child points CPATH at it)."""
+STUB_TEXT = ("// A second #include <torch/extension.h> after the precompiled one: g++ looks for the header beside\n"
+             "// the .gch it used, finds this, and goes on to torch's own (sandbox/child/build/hooks.py).\n"
+             "#include_next <torch/extension.h>\n")
+"""The header beside each `.gch`. g++ uses a PCH once per translation unit; for a later include of the same
+name it looks for the header itself in the directory where it found the `.gch`, and without this fails with
+`<dir>/torch/extension.h: No such file or directory` where torch alone compiles. torch's header, reached
+through `#include_next`, is then skipped as already read (the PCH records its include guards and `#pragma
+once` files); through the subset PCH, the part of it the subset lacks is parsed."""
+FLAGS_FILE = "flags.json"
+HOOKS_VERSION = 3
+"""What the build child's hooks (sandbox/child/build/hooks.py) do, as a number: part of every stored build outcome
+(sandbox/build/compiler.py, `accelerator_config`), so that a compile error stored under older hooks is tried again."""
+ACCELERATOR_WORDS = re.compile(r"\.gch\b|precompiled header|/judge-accel\b|/build-accel/|\.judge-pch\b"
+                               r"|\.judge-slim\b")
+"""What only a compiler's output that the judge's accelerators took part in contains."""
+
+
+def normalise(cflags: list[str] | str) -> list[str]:
+    """Tokens of a compile's flags, without the per-extension name (which no torch header mentions)."""
+    text = cflags if isinstance(cflags, str) else " ".join(cflags)
+    return [t for t in shlex.split(text) if not t.startswith("-DTORCH_EXTENSION_NAME=")]
