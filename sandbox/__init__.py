@@ -16,6 +16,11 @@ Ahead of the first candidate (a service's worker does this in the background)::
     warm_headers(JudgeConfig().cache_root, "cpu", on_progress=print)   # the shared precompiled headers
 
 Command line: ``python -m sandbox judge --task kl_div --device cuda:0 candidate.py``.
+
+Rooms by side of the trust boundary:
+- child/: everything that runs in a process the candidate's code shares (untrusted once it is imported);
+- shared/ and protocol.py: pure code and the wire format, imported by both sides;
+- everything else (build/, execution/, profiling/, pipeline, verdict, isolation, ...): the trusted parent.
 """
 
 from sandbox.build.warm import WARM_FLAG_SETS, WarmProgress

@@ -124,7 +124,7 @@ Names = Annotated[list[Annotated[str, Field(max_length=2000)]], Field(max_length
 class Calibrate(Message):
     """Before the candidate exists: measure the clocks' own overhead, and what making a timed call's inputs costs
     the host (`shape` and `distributions`: the timing's), which sizes the lead before each timed call
-    (sandbox/execution/timing.py, `DeviceClock.size_lead`)."""
+    (sandbox/child/timing.py, `DeviceClock.size_lead`)."""
 
     op: Literal["calibrate"] = "calibrate"
     reps: int
@@ -314,7 +314,7 @@ class CalibrateReply(Reply):
     flush_ms: float = 0.0
     """A GPU flush's device time (the L2 eviction before each call, and the lead's unit)."""
     lead_ms: float = 0.0
-    """The least lead before a batch; with `make_host_ms` it sizes each batch's (sandbox/execution/timing.py,
+    """The least lead before a batch; with `make_host_ms` it sizes each batch's (sandbox/child/timing.py,
     `lead_flushes`)."""
     make_host_ms: float = 0.0
     """The host's time to queue (GPU) or do (CPU) the making of one timed call's inputs, the slowest distribution's."""

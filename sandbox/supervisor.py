@@ -111,7 +111,7 @@ def child_env(config: JudgeConfig, paths: ChildPaths, extra: dict[str, str] | No
         **languages.child_env(paths.build),  # the JIT languages' caches, in the build directory
     }
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING",
-                 "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/execution/timing.py LEAD_MS, overridden to measure it
+                 "JUDGE_TIMING_LEAD_MS"):  # the last: sandbox/child/timing.py LEAD_MS, overridden to measure it
         if name in os.environ:
             env[name] = os.environ[name]
     env.update(extra or {})

@@ -11,7 +11,7 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
   its call is about to run, so nothing can be precomputed or reused (see sandbox/execution/phases.py); a timed
   call's inputs are made inside `go`'s batch, before its calls, so they do not exist anywhere in this process
   before the measured batch: whatever of the candidate's runs (a hook, a finaliser, a tracer, a native thread)
-  and whenever it runs, work on them happens inside what the judge measures (sandbox/execution/timing.py);
+  and whenever it runs, work on them happens inside what the judge measures (sandbox/child/timing.py);
 - the objects it relies on (timers, synchronisation, tensor methods, its own functions) are captured
   before the import and verified unchanged after every step (`Integrity`); a change is reported as
   tampering, and so is a hook through which candidate code would run inside the harness's own steps,
@@ -680,7 +680,7 @@ class Armed:
 
 
 class DeviceMemory:
-    """The allocator's counters around a batch's calls (sandbox/execution/timing.py's `Memory`): the most allocated
+    """The allocator's counters around a batch's calls (sandbox/child/timing.py's `Memory`): the most allocated
     during them beyond what existed before the first (every call's inputs)."""
 
     def __init__(self, device: torch.device) -> None:

@@ -6,7 +6,7 @@ candidate is imported, but it runs in the process it observes: a candidate's nat
 CUPTI, or write the exported file itself. The judge never trusts the record, it only checks that it was not cut:
 
 - canaries: at the start and end of every timed call (outside its timing events), a device-to-device copy of a
-  number of bytes drawn from a key the parent made for this candidate alone (`sandbox.profiling.trace.canary_bytes`).
+  number of bytes drawn from a key the parent made for this candidate alone (`sandbox.shared.trace.canary_bytes`).
   The parent knows how many calls ran, so it knows the exact sequence the trace must hold; one missing or out of
   order, or a trace absent or truncated, is tampering (sandbox/execution/tracing.py). `copy_` of contiguous bytes
   is one cudaMemcpyAsync, which kineto records with its byte count (a `zero_` is a fill kernel, which carries none).
@@ -127,7 +127,7 @@ class Recorder:
         return {"files": list(self.files), "calls": self._canaries // 2, "canaries": self._canaries,
                 "recorder_error": self.error}
 
-    # --- marks, called by the timing (sandbox/execution/timing.py `Marks`) -------------------------------
+    # --- marks, called by the timing (sandbox/child/timing.py `Marks`) -------------------------------
 
     def exercise(self) -> None:
         """What a canary runs, once, uncounted: the harness probe records its operators, so a kernel a candidate

@@ -194,7 +194,7 @@ class TrainingChild(_child.Child):
         return _protocol.EstimateReply.success(estimate_ms=sorted(times.times_ms)[1])
 
     # A timed batch of steps (or of forwards alone): `arm` prepares the window's buffers, `go` makes each step's inputs
-    # and incoming gradient and runs the steps back to back (sandbox/execution/timing.py, `time_batch`), keeping every
+    # and incoming gradient and runs the steps back to back (sandbox/child/timing.py, `time_batch`), keeping every
     # step's gradient; `grad_check` reports one of them (the parent asks for each in turn), `inspect` fingerprints the
     # inputs.
     def arm(self, cmd: _protocol.Arm) -> _protocol.ArmReply:
@@ -256,7 +256,8 @@ class TrainingChild(_child.Child):
         if grad.dim() != 2 or not grad.is_floating_point():
             return reply, []  # the parent refuses the shape or dtype before reading any payload
         grad = grad.detach()
-        projections = _projection.project_rows(grad, _projection.projection_weights(grad.shape[1], cmd.weight_seed, self.device))
+        weights = _projection.projection_weights(grad.shape[1], cmd.weight_seed, self.device)
+        projections = _projection.project_rows(grad, weights)
         index = torch.tensor(cmd.rows, dtype=torch.int64, device=self.device)
         rows = grad[index].contiguous().cpu()
         return reply, [projections.cpu().numpy().tobytes(), rows.view(-1).view(torch.uint8).numpy().tobytes()]

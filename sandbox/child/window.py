@@ -69,7 +69,7 @@ def _raw(buffer: torch.Tensor) -> np.ndarray:
 
 class Keeper:
     """Host buffers for one armed batch, made at `arm`; `take` copies a call's output (and digests of a sample of
-    its gradient's rows) into them, `close` returns them as `Kept`, fixed. Implements sandbox/execution/timing.py's
+    its gradient's rows) into them, `close` returns them as `Kept`, fixed. Implements sandbox/child/timing.py's
     `Keeper`. On a GPU the copies of a whole batch are a handful of operations queued together at `close` (each
     operation costs the host microseconds inside the window; a training batch has up to eight steps)."""
 

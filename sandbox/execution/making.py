@@ -1,7 +1,7 @@
 """The parent's own making of a timed call's inputs, and what it took the device: the judge's work inside a batch.
 
 Trusted; runs in the parent. A timed call's inputs are made in the child inside the timed batch, just before the
-call (sandbox/execution/timing.py), so that no code of the candidate's can work on them before the batch. The
+call (sandbox/child/timing.py), so that no code of the candidate's can work on them before the batch. The
 device's span from the call's lead to its start event is therefore the judge's work (the lead's flushes, the
 making, one flush) plus whatever else ran there. The flushes are calibrated before the candidate exists; the
 making is measured here, on the parent's own device, for the same seed: the same kernels on the same sizes, so the

@@ -11,7 +11,7 @@ it would have to build is a compile_error, sandbox/child/no_build.py), and the l
 
 Timing (the heart of the integrity scheme, see docs/threat-model.md): every timed call gets inputs from
 its own seed, drawn here with `secrets` and sent to the child only when its batch is armed, from a
-distribution drawn at random for that call. A batch of such calls runs back to back (sandbox/execution/timing.py);
+distribution drawn at random for that call. A batch of such calls runs back to back (sandbox/child/timing.py);
 its claim is its calls' mean. The parent computes fp64 truth and input fingerprints for every seed while
 the child generates the inputs (never while a batch is timed), checks every timed output, and bounds what
 the child claims with what it can see itself: the wall time of the batch's round trip, and the CPU time
@@ -135,7 +135,7 @@ class TimedCall:
     truth_ms: float = 0.0
     """The parent's own work before the batch (fp64 truth and fingerprints of the calls' inputs), per call."""
     made_ms: float = 0.0
-    """The child's span before the batch's first call, per call (sandbox/execution/timing.py `BatchTime.made_ms`)."""
+    """The child's span before the batch's first call, per call (sandbox/child/timing.py `BatchTime.made_ms`)."""
     judge_ms: float = 0.0
     """GPU: the device time the parent's own making of the calls' inputs took, per call (sandbox/execution/making.py):
     what the child's span before each call holds besides its flushes."""

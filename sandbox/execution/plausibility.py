@@ -17,7 +17,7 @@ clock inside it. Three rules keep a forged or impossible time from becoming a sc
 - `speed_of_light`: both tasks are memory-bound, so no honest call is faster than the task's minimal
   bytes over the device's measured bandwidth.
 - `unattributed_work` (GPU): a timed call's inputs are made inside the batch, before its calls
-  (sandbox/execution/timing.py), so work a candidate's hook does on them runs on the device between the batch's lead
+  (sandbox/child/timing.py), so work a candidate's hook does on them runs on the device between the batch's lead
   and its first call's start event. The judge knows what belongs there (its flushes, calibrated before the candidate
   existed, and the making of the inputs, which the parent times itself for the same seeds); what is beyond that is
   charged to the calls (`ranked_claim`), and when it is a large share of a call the timing is refused.
@@ -140,7 +140,7 @@ kernel that reads faster than torch's own kernels is much more likely skipping b
 kernels have ranked at 102-104%), and if an honest one ever does, the probe is what must get faster, not this
 limit wider.
 CPU: the probe copies 256 MiB, far out of every cache, but a CPU call's inputs (256 KiB for kl_div at 64x512)
-are evicted before each call by a 16 MiB flush only (sandbox/execution/timing.py, CPU_FLUSH_BYTES), so on a host whose
+are evicted before each call by a 16 MiB flush only (sandbox/child/timing.py, CPU_FLUSH_BYTES), so on a host whose
 last-level cache is larger they may be read from cache, faster than the DRAM probe allows. The honest CPU
 corpus measured at most 0.2 of speed-of-light (scripts/experiments/measure_timing_bound.py; kl_div_cpp_correct
 0.08 on the CI machine: 0.17 ms against a 0.013 ms floor), so 1.5 is a wide margin that still catches a time forged to a

@@ -6,9 +6,10 @@ sandbox/execution: phases.py and tracing.py).
 - `report`: ncu's raw CSV -> typed per-kernel rows (`KernelProfile`), and the stored `Profile`;
 - `render`: a profile as plain text for a prompt;
 - `ncu`: the command line, where ncu is and its version;
-- `run`: `profile_candidate`, ncu wrapping the candidate's own sandboxed child (`entry`);
+- `run`: `profile_candidate`, ncu wrapping the candidate's own sandboxed child (sandbox/child/profiled.py);
 - `clocks`: NVML readings before and after a timing, and the "throttled during timing" rule;
-- `trace`: kernel/memcpy records from torch's profiler trace, the canaries' sizes, and the trace rules of issue 28.
+(The kernel trace's records, canaries and rules of issue 28 are in sandbox/shared/trace.py: the child's recorder
+reads the canaries' sizes there too.)
 """
 
 from sandbox.profiling.render import render_text

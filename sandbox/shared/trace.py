@@ -190,7 +190,7 @@ def harness_windows(records: list[Record], canaries: list[Record], batches: list
     opening canary, on the timing stream, the same kernel in every gap (the most common last record there; a gap
     without it gets no window), each window exactly that record's span; between two batches, the whole gap (the
     harness inspects, keeps and arms there, and, inside `go`, queues the batch's lead and makes every call's inputs
-    before the first call: sandbox/execution/timing.py). Anything else in a gap inside a batch is outside every
+    before the first call: sandbox/child/timing.py). Anything else in a gap inside a batch is outside every
     window. Work a candidate's hook does while the inputs are made lies in that last gap and is not the trace's to
     find: its device time is what sandbox/execution/plausibility.py's `unattributed_work` charges, from the timing
     events, traced or not."""

@@ -5,7 +5,7 @@ current
 device left at its default), with a cache of its own per device, once per device and task; prints each card's measured
 bandwidth and eager time. Why: on a two-GPU H100 host (2026-11-25) the process measuring cuda:1 recorded its
 events on cuda:0's stream; it cached 2.04 TB/s for a 3.0 TB/s card, and every honest fast kl_div kernel was judged
-tamper_detected. `sandbox.execution.timing.DeviceClock` now makes its device current; this is the check on the GPU.
+tamper_detected. `sandbox.child.timing.DeviceClock` now makes its device current; this is the check on the GPU.
 
     python3 scripts/gpu/check_device_baselines.py [--tasks kl_div cross_entropy] [--limit 0.05]
 

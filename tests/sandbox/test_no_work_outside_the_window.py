@@ -1,6 +1,6 @@
 """Issue 39: no task work outside the timed window, whatever runs it; and a child's forged frames are its verdict.
 
-A timed call's inputs are made inside `go`, just before the call (sandbox/execution/timing.py): before that they do
+A timed call's inputs are made inside `go`, just before the call (sandbox/child/timing.py): before that they do
 not exist in the child, so code of the candidate's that works on them, whatever triggers it, runs inside the round
 trip the parent measures. These judge real candidates (C++ builds, isolated children) at the CPU size:
 
