@@ -36,7 +36,7 @@ answer inside the process:
   garbage collector would find them, and walking it is recorded first.
 - `seal` hands the hook a harness instance (the child, its clock, `Integrity`): the hook keeps a copy of its
   attributes where frames cannot reach, and `findings` reports any attribute replaced, added, or hiding a method.
-- `HookBaseline` and `active_hooks`: the registries through which candidate code would run inside a harness
+- `HookBaseline` and `active_hooks` (sandbox/child/hook_registries.py): the registries through which candidate code would run inside a harness
   step without an audit event (gc callbacks, signal handlers and interval timers, sys.monitoring tools,
   threading's trace and profile functions, the unraisable hook, torch modes and saved-tensor hooks), checked
   against what the judge itself had before the import, at every reply and (the quick ones) at the end of
@@ -54,26 +54,24 @@ from __future__ import annotations
 
 import _thread
 import ctypes
-import gc
 import importlib._bootstrap as bootstrap
 import importlib._bootstrap_external as external
 import importlib.abc
 import inspect
 import logging
-import marshal
 import os
-import signal
 import sys
 import sysconfig
-import threading
 import traceback
 import types
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 import reference
+from sandbox.child.code_origins import CODE_EVENTS as _CODE_EVENTS
+from sandbox.child.code_origins import code_origins
 
 SANDBOX_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The judge's package directory (sandbox/child/audit.py is two levels below it)."""
@@ -92,13 +90,6 @@ _GC_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"
 _TRACE_EVENTS = frozenset({"sys.settrace", "sys.setprofile"})
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
-_CODE_EVENTS = frozenset({"compile", "code.__new__", "marshal.loads", "marshal.load", "open", "exec",
-                          "function.__new__"})
-"""Where code objects come from and where they start to run: compiled from text (`compile`, exec/eval of a string;
-compiling a syntax tree names no file, so its code is seen when it runs), built or copied with new fields
-(`code.__new__`, also raised by `code.replace`), read from bytes (`marshal`) or from a compiled file (`open` of a
-`.pyc`, which importlib then reads through marshal); run by exec/eval (`exec`) or made a function
-(`function.__new__`)."""
 _EVENTS = _FRAME_EVENTS | _GC_EVENTS | _TRACE_EVENTS | _CODE_EVENTS | frozenset({
     "object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.addaudithook", "ctypes.dlsym",
     FINDINGS, SEAL, TRIPWIRE})
@@ -113,8 +104,6 @@ _COMPILE_HELPER_MODULES = ("codeop", "code", "py_compile", "compileall")
 """Standard-library modules that compile for their caller, under a file name the caller chooses: the caller is who
 asked (with importlib's `source_to_code`, the same for one call)."""
 _FRAME_WHY = "(a frame: any frame reaches the judge's own through f_back)"
-_DISGUISE_WHY = ("(its frames would pass as the library's own, and any frame reaches the judge's through f_back; "
-                 "refused)")
 _GC_WHY = "(the garbage collector reaches every object of the judge's)"
 
 
@@ -153,7 +142,14 @@ def _tracer_roots() -> tuple[str, ...]:
 def install(untrusted: tuple[str, ...] = ()) -> None:
     """Add the judge's audit hook to this process (once; later calls do nothing). Call it before the candidate
     is imported: every module already imported is trusted by identity from here on. `untrusted`: directories
-    the candidate could have written (its build and source directories), never trusted, nor any above them."""
+    the candidate could have written (its build and source directories), never trusted, nor any above them.
+
+    The hook is built from the units below, each a set of closures over state that nothing in Python but the hook
+    holds (no module attribute, no class a candidate could patch): `_record` (what the hook saw), `_trust` (whose
+    frame is trusted), `_askers` (who raised an event), `code_origins` (code disguised as trusted code,
+    sandbox/child/code_origins.py),
+    `_private_channel` (the harness's findings, seals and tripwires), `_handler` (frames, the garbage collector,
+    tracers, other audit hooks, the C API) and `_reentry_guard` (the hook's own events)."""
     global _installed
     if _installed:
         return
@@ -161,25 +157,75 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
     modules = sys.modules  # the interpreter's own dict, even if `sys.modules` is rebound later
     preloaded = {name: vars(m) for name, m in list(modules.items()) if type(m) is types.ModuleType}
     roots, tracer_roots = _trusted_roots(untrusted), _tracer_roots()
-    helpers = frozenset(f.__code__ for f in _HELPERS)
-    stub_code, stub_names = _FRAME_STUB.co_code, _FRAME_STUB.co_names
-    compile_helpers = _compile_helpers()
-    importer = vars(modules["_frozen_importlib_external"])
-    zip_importer = vars(modules["zipimport"]) if "zipimport" in modules else None
-    marshal_loads = _marshal_loads
-    getframe, get_ident, module_type = sys._getframe, _thread.get_ident, types.ModuleType
-    dict_get = dict.get
-    record: dict[str, None] = {}  # insertion-ordered, deduplicated
+    record, hits, note = _record()
+    trusted, where = _trust(modules, preloaded, roots)
+    own: set[types.CodeType] = set()  # the hook's own functions, filled in below
+    asker, compiler, chain = _askers(own, trusted, roots)
+    code_event, code_chain = code_origins(modules, note, asker, compiler, trusted, where, roots, Refused)
+    private = _private_channel(record, hits, note)
+    handle = _handler(note, asker, trusted, where, code_event, private, roots, tracer_roots)
+    hook = _reentry_guard(handle)
+    own.update(f.__code__ for f in (*chain, *code_chain, handle, hook))
+    sys.addaudithook(hook)
+
+
+def _record() -> tuple[dict[str, None], list[str], Callable[[str], None]]:
+    """What the hook saw, kept where only the hook reaches it: its findings (insertion-ordered, deduplicated, at most
+    MAX_FINDINGS, so a candidate repeating one cannot grow the record) and the tripwire hits it was told of."""
+    record: dict[str, None] = {}
     hits: list[str] = []
-    seals: dict[str, tuple[Any, type, dict, dict, frozenset[str] | None, frozenset[str]]] = {}
-    busy: set[int] = set()
-    missing = object()
 
     def note(text: str) -> None:
         if len(record) < MAX_FINDINGS:
             record[text] = None
 
-    own: set[types.CodeType] = set()  # the hook's own functions, filled in below
+    return record, hits, note
+
+
+def _trust(modules: dict[str, Any], preloaded: dict[str, dict],
+           roots: tuple[str, ...]) -> tuple[Callable[[Any, tuple[str, ...]], bool], Callable[[Any], str]]:
+    """Whose frame is trusted (`trusted`), and where a frame is, for a finding (`where`). Bounds a candidate passing
+    as library code by its globals or file name: a frame is trusted when its code's file lies under `allowed` and its
+    globals are the very dict of the module its `__name__` names, imported before the candidate (`preloaded`) or
+    imported since from a trusted directory. Cannot bound code a trusted library compiles under a name its caller
+    chooses (the module docstring)."""
+    dict_get, module_type = dict.get, types.ModuleType
+    missing = object()
+
+    def trusted(frame: Any, allowed: tuple[str, ...]) -> bool:
+        if frame is None:
+            return True  # raised from C with no Python frame: the interpreter itself
+        filename = frame.f_code.co_filename
+        if type(filename) is not str:
+            return False
+        globals_ = frame.f_globals
+        name = dict_get(globals_, "__name__")
+        if type(name) is not str:
+            return False
+        if dict_get(preloaded, name, missing) is globals_:
+            return filename.startswith(allowed) or (filename.startswith("<frozen ") and allowed is roots)
+        module = dict_get(modules, name)
+        return type(module) is module_type and vars(module) is globals_ and filename.startswith(allowed)
+
+    def where(frame: Any) -> str:
+        if frame is None:
+            return "native code"
+        filename = frame.f_code.co_filename
+        return f"{os.path.basename(filename) if type(filename) is str else '?'}:{frame.f_lineno}"
+
+    return trusted, where
+
+
+def _askers(own: set[types.CodeType], trusted: Callable[[Any, tuple[str, ...]], bool],
+            roots: tuple[str, ...]) -> tuple[Callable[[], Any], Callable[[], Any], tuple[Callable, ...]]:
+    """Who raised an event (`asker`) and who asked for a code object (`compiler`). Bounds a candidate hiding behind
+    a helper: the frame-returning helpers (`_HELPERS`), a bare `_getframe()` a trusted library evaluates to hand
+    a frame to its caller (`_FRAME_STUB`), and, for code objects, the standard library's compile-for-the-caller
+    helpers are looked through to their caller. Returns the functions too, for the hook's own set (`own`)."""
+    getframe, dict_get = sys._getframe, dict.get
+    helpers = frozenset(f.__code__ for f in _HELPERS)
+    stub_code, stub_names = _FRAME_STUB.co_code, _FRAME_STUB.co_names
+    compile_helpers = _compile_helpers()
 
     def asker() -> Any:
         """The frame that raised the event: the first above the hook's own functions, the frame helpers and a
@@ -207,110 +253,18 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
             frame = frame.f_back
         return frame
 
-    def disguised(filename: Any) -> bool:
-        """A file name that would make a frame of the code trusted (`trusted` reads co_filename)."""
-        # str's own startswith: a subclass's could be the candidate's (such a name is never trusted anyway)
-        return isinstance(filename, str) and str.startswith(filename, roots + ("<frozen ",))
+    return asker, compiler, (asker, made_for_caller, compiler)
 
-    def same_as_file(filename: str, source: Any) -> bool:
-        if type(source) is str:
-            source = source.encode()
-        if type(source) is not bytes:
-            return False
-        try:
-            with open(filename, "rb") as fh:
-                return fh.read() == source
-        except OSError:
-            return False
 
-    def code_event(event: str, args: tuple) -> None:
-        """A code object under a trusted file name made by code not trusted, or from text that is not that file,
-        or read from a compiled file the candidate could have written: refused and recorded."""
-        if event == "open":
-            path, mode = args[0], args[1]
-            if (type(path) is str and path.endswith(".pyc") and type(mode) is str and "r" in mode
-                    and os.path.basename(os.path.dirname(path)) != "__pycache__" and not path.startswith(roots)):
-                what = f"a compiled module file {os.path.basename(path)!r} opened outside the library's directories"
-                note(f"{what} {_DISGUISE_WHY}, from {where(asker())}")
-                raise Refused(f"{what} is refused by the judge")
-            return
-        if event in ("exec", "function.__new__"):  # the cheap test first: these run all the time
-            code = args[0] if args else None
-            if type(code) is types.CodeType and disguised(code.co_filename):
-                frame = compiler()
-                if not trusted(frame, roots):
-                    note(f"{event} of code under the file name {code.co_filename!r} of trusted code "
-                         f"{_DISGUISE_WHY}, from {where(frame)}")
-                    raise Refused("code under a trusted module's file name is refused by the judge")
-            return
-        if event in ("marshal.loads", "marshal.load"):
-            frame = compiler()
-            if not trusted(frame, roots):
-                note(f"{event} (code objects from bytes carry any file name) {_DISGUISE_WHY}, from {where(frame)}")
-                raise Refused(f"{event} is refused by the judge")
-            if frame is not None and frame.f_globals is zip_importer and type(args[0]) is bytes:
-                code = marshal_loads(args[0])  # a zip's compiled module keeps the file name it was compiled under
-                if disguised(getattr(code, "co_filename", None)):
-                    note(f"a compiled module in a zip archive under the file name {code.co_filename!r} "
-                         f"{_DISGUISE_WHY}, from {where(frame)}")
-                    raise Refused("a compiled module under a trusted module's file name is refused by the judge")
-            return
-        filename = args[1]
-        if not disguised(filename):
-            return
-        frame = compiler()
-        if not trusted(frame, roots):
-            note(f"{event} under the file name {filename!r} of trusted code {_DISGUISE_WHY}, from {where(frame)}")
-            raise Refused("code under a trusted module's file name is refused by the judge")
-        if (event == "compile" and frame is not None and frame.f_globals is importer
-                and not same_as_file(filename, args[0])):
-            # importlib compiles a module's whole file; a loader that feeds it other text under that name lies
-            note(f"an import compiled text that is not {filename!r} under its name {_DISGUISE_WHY}, from "
-                 f"{where(frame)}")
-            raise Refused("code under a trusted module's file name is refused by the judge")
-
-    def trusted(frame: Any, allowed: tuple[str, ...]) -> bool:
-        if frame is None:
-            return True  # raised from C with no Python frame: the interpreter itself
-        filename = frame.f_code.co_filename
-        if type(filename) is not str:
-            return False
-        globals_ = frame.f_globals
-        name = dict_get(globals_, "__name__")
-        if type(name) is not str:
-            return False
-        if dict_get(preloaded, name, missing) is globals_:
-            return filename.startswith(allowed) or (filename.startswith("<frozen ") and allowed is roots)
-        module = dict_get(modules, name)
-        return type(module) is module_type and vars(module) is globals_ and filename.startswith(allowed)
-
-    def where(frame: Any) -> str:
-        if frame is None:
-            return "native code"
-        filename = frame.f_code.co_filename
-        return f"{os.path.basename(filename) if type(filename) is str else '?'}:{frame.f_lineno}"
-
-    def seal_findings() -> list[str]:
-        found = []
-        for label, (obj, cls, live, copy, stable, methods) in seals.items():
-            if type(obj) is not cls:
-                found.append(f"{label} (its class was replaced)")
-                continue
-            current = vars(obj)
-            if current is not live:
-                found.append(f"{label} (its attribute dict was replaced)")
-                continue
-            keys = copy.keys() if stable is None else stable
-            found.extend(f"{label}.{key}" for key in keys
-                         if dict_get(current, key, missing) is not dict_get(copy, key, missing))
-            for key in current:
-                if type(key) is not str:
-                    found.append(f"{label} (an attribute that is not a string)")
-                elif stable is None and key not in copy:
-                    found.append(f"{label}.{key} (added)")
-                elif key in methods and key not in copy:
-                    found.append(f"{label}.{key} (an instance attribute hides the class's)")
-        return found
+def _private_channel(record: dict[str, None], hits: list[str],
+                     note: Callable[[str], None]) -> Callable[[str, tuple], None]:
+    """The harness's private events (FINDINGS, SEAL, TRIPWIRE): the record read with a token the hook echoes (a hook
+    that no longer answers is a finding), tripwire hits the candidate cannot clear, and sealed instances. Bounds
+    edits of the harness's instances in place (the child, its clock, `Integrity`): the hook keeps a copy of each
+    sealed instance's attributes where frames cannot reach, and reports any attribute replaced, added, or hiding a
+    method."""
+    seals: dict[str, tuple[Any, type, dict, dict, frozenset[str] | None, frozenset[str]]] = {}
+    seal_findings = _seal_checker(seals)
 
     def private(event: str, args: tuple) -> None:
         if event == FINDINGS:
@@ -335,6 +289,52 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
             seals[label] = (obj, cls, vars(obj), dict(vars(obj)), None if stable is None else frozenset(stable),
                             methods)
 
+    return private
+
+
+def _seal_checker(seals: dict[str, tuple[Any, type, dict, dict, frozenset[str] | None, frozenset[str]]]
+                  ) -> Callable[[], list[str]]:
+    """What changed in the sealed instances since their seal: class or attribute dict replaced, an attribute (the
+    stable ones, where named) replaced, one added, or an instance attribute hiding its class's."""
+    dict_get = dict.get
+    missing = object()
+
+    def seal_findings() -> list[str]:
+        found = []
+        for label, (obj, cls, live, copy, stable, methods) in seals.items():
+            if type(obj) is not cls:
+                found.append(f"{label} (its class was replaced)")
+                continue
+            current = vars(obj)
+            if current is not live:
+                found.append(f"{label} (its attribute dict was replaced)")
+                continue
+            keys = copy.keys() if stable is None else stable
+            found.extend(f"{label}.{key}" for key in keys
+                         if dict_get(current, key, missing) is not dict_get(copy, key, missing))
+            for key in current:
+                if type(key) is not str:
+                    found.append(f"{label} (an attribute that is not a string)")
+                elif stable is None and key not in copy:
+                    found.append(f"{label}.{key} (added)")
+                elif key in methods and key not in copy:
+                    found.append(f"{label}.{key} (an instance attribute hides the class's)")
+        return found
+
+    return seal_findings
+
+
+def _handler(note: Callable[[str], None], asker: Callable[[], Any], trusted: Callable[[Any, tuple[str, ...]], bool],
+             where: Callable[[Any], str], code_event: Callable[[str, tuple], None],
+             private: Callable[[str, tuple], None], roots: tuple[str, ...],
+             tracer_roots: tuple[str, ...]) -> Callable[[str, tuple], None]:
+    """Every event of `_EVENTS`, to its unit. Itself it bounds the ways to the harness's state and into its steps,
+    when code not trusted asks: a frame taken (any frame reaches the harness's through f_back) or the garbage
+    collector walked (recorded); a function's code or defaults replaced (recorded); a tracer or profiler set, the
+    interpreter's C API looked up through ctypes (refused and recorded: tracers only from `tracer_roots`); any other
+    audit hook (refused, whoever asks)."""
+    event_text = _event_text  # bound here: the hook calls no function through this module's globals
+
     def handle(event: str, args: tuple) -> None:
         if event in (FINDINGS, SEAL, TRIPWIRE):
             private(event, args)
@@ -342,24 +342,9 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
         if event in _CODE_EVENTS:
             code_event(event, args)
             return
-        if event == "object.__getattr__":
-            if args[1] not in _FRAME_ATTRS:
-                return
-            what = f"{type(args[0]).__name__}.{args[1]} {_FRAME_WHY}"
-        elif event in ("object.__setattr__", "object.__delattr__"):
-            if type(args[0]) is not types.FunctionType or args[1] not in _CODE_ATTRS:
-                return
-            what = f"a function's {args[1]} replaced"
-        elif event == "ctypes.dlsym":
-            if type(args[1]) is not str or not args[1].startswith(("Py", "_Py")):
-                return
-            what = f"ctypes lookup of the interpreter's {args[1]} (refused)"
-        elif event in _GC_EVENTS:
-            what = f"{event} {_GC_WHY}"
-        elif event in _FRAME_EVENTS:
-            what = f"{event} {_FRAME_WHY}"
-        else:
-            what = f"{event} (refused: candidate code would run inside the judge's own steps)"
+        what = event_text(event, args)
+        if what is None:
+            return
         frame = asker()
         if event == "sys.addaudithook":
             if not trusted(frame, roots):
@@ -370,6 +355,37 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
             note(f"{what}, from {where(frame)}")
             if event in _TRACE_EVENTS or event == "ctypes.dlsym":
                 raise Refused(f"{event} is refused by the judge")
+
+    return handle
+
+
+def _event_text(event: str, args: tuple) -> str | None:
+    """What an event does, as a finding says it; None for an event that reaches nothing of the judge's (an attribute
+    other than a frame's, a function's other attributes, a C symbol outside the interpreter's API)."""
+    if event == "object.__getattr__":
+        if args[1] not in _FRAME_ATTRS:
+            return None
+        return f"{type(args[0]).__name__}.{args[1]} {_FRAME_WHY}"
+    if event in ("object.__setattr__", "object.__delattr__"):
+        if type(args[0]) is not types.FunctionType or args[1] not in _CODE_ATTRS:
+            return None
+        return f"a function's {args[1]} replaced"
+    if event == "ctypes.dlsym":
+        if type(args[1]) is not str or not args[1].startswith(("Py", "_Py")):
+            return None
+        return f"ctypes lookup of the interpreter's {args[1]} (refused)"
+    if event in _GC_EVENTS:
+        return f"{event} {_GC_WHY}"
+    if event in _FRAME_EVENTS:
+        return f"{event} {_FRAME_WHY}"
+    return f"{event} (refused: candidate code would run inside the judge's own steps)"
+
+
+def _reentry_guard(handle: Callable[[str, tuple], None]) -> Callable[[str, tuple], None]:
+    """The hook itself: events outside `_EVENTS` pass at once, and an event the hook raises while handling one on
+    the same thread (its own `sys._getframe`) is not handled again."""
+    get_ident = _thread.get_ident
+    busy: set[int] = set()
 
     def hook(event: str, args: tuple) -> None:
         if event not in _EVENTS:
@@ -383,8 +399,7 @@ def install(untrusted: tuple[str, ...] = ()) -> None:
         finally:
             busy.discard(ident)
 
-    own.update(f.__code__ for f in (asker, made_for_caller, compiler, code_event, handle, hook))
-    sys.addaudithook(hook)
+    return hook
 
 
 def _compile_helpers() -> frozenset[types.CodeType]:
@@ -393,13 +408,6 @@ def _compile_helpers() -> frozenset[types.CodeType]:
     return frozenset({external.SourceLoader.source_to_code.__code__,
                       importlib.abc.InspectLoader.source_to_code.__code__,
                       bootstrap._call_with_frames_removed.__code__})
-
-
-def _marshal_loads(data: bytes) -> Any:
-    try:
-        return marshal.loads(data)
-    except (EOFError, ValueError, TypeError):
-        return None
 
 
 def findings() -> tuple[list[str], list[str]]:
@@ -422,72 +430,3 @@ def seal(label: str, obj: object, stable: tuple[str, ...] | None = None) -> None
 def tripwire(op: str) -> None:
     """Tell the hook that a forbidden operator was called: a record the candidate cannot clear."""
     _audit(TRIPWIRE, op)
-
-
-# --- the other registries: hooks without an audit event -------------------------------------------------
-
-_ITIMERS = (("ITIMER_REAL", signal.ITIMER_REAL), ("ITIMER_VIRTUAL", signal.ITIMER_VIRTUAL),
-            ("ITIMER_PROF", signal.ITIMER_PROF))
-_MONITORING_TOOLS = range(6)
-_SIGNALS = tuple(sorted(signal.valid_signals()))
-
-
-@dataclass(frozen=True, kw_only=True)
-class HookBaseline:
-    """The judge's own hooks, before the candidate exists: anything else later is the candidate's."""
-
-    gc_callbacks: tuple[Any, ...]
-    signal_handlers: tuple[Any, ...]
-    unraisablehook: Any
-    python_threads: int
-    monitoring_tools: tuple[str | None, ...]
-
-    @classmethod
-    def capture(cls) -> HookBaseline:
-        return cls(gc_callbacks=tuple(gc.callbacks), signal_handlers=tuple(map(signal.getsignal, _SIGNALS)),
-                   unraisablehook=sys.unraisablehook, python_threads=_thread._count(),
-                   monitoring_tools=_monitoring_tools())
-
-
-def _monitoring_tools() -> tuple[str | None, ...]:
-    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+
-    return tuple(monitoring.get_tool(i) for i in _MONITORING_TOOLS) if monitoring is not None else ()
-
-
-def active_hooks(base: HookBaseline, *, quick: bool = False) -> list[str]:
-    """Hooks through which candidate code would run inside the judge's own steps (e.g. while `arm` makes a
-    timed call's inputs, or after a batch's last event). `quick`: only those a timed batch's end can afford
-    (a few microseconds): what could still fire after the window closes."""
-    # First: a sys.monitoring tool's callback could run at any line below.
-    hooks = [f"sys.monitoring tool {i} ({now})" for i, (now, then)
-             in enumerate(zip(_monitoring_tools(), base.monitoring_tools)) if now != then]
-    if sys.gettrace() is not None:
-        hooks.append("sys.settrace (a tracer is installed)")
-    if sys.getprofile() is not None:
-        hooks.append("sys.setprofile (a profiler is installed)")
-    if torch._C._len_torch_function_stack():
-        hooks.append("torch function mode (left entered)")
-    if torch._C._len_torch_dispatch_stack():
-        hooks.append("torch dispatch mode (left entered)")
-    callbacks = tuple(gc.callbacks)
-    if len(callbacks) != len(base.gc_callbacks) or any(a is not b for a, b in zip(callbacks, base.gc_callbacks)):
-        hooks.append("gc.callbacks (a garbage-collector callback is registered)")
-    hooks.extend(f"signal.setitimer({name}) (an interval timer is armed)" for name, which in _ITIMERS
-                 if signal.getitimer(which) != (0.0, 0.0))
-    if quick:
-        # A reply counts the threads itself (the parent's rule "threads"); a batch's end has no reply of its own.
-        if _thread._count() > base.python_threads:
-            hooks.append("a Python thread was alive when the batch ended")
-        return hooks
-    handlers = tuple(map(signal.getsignal, _SIGNALS))
-    hooks.extend(f"signal handler for {signal.Signals(sig).name}" for sig, now, then
-                 in zip(_SIGNALS, handlers, base.signal_handlers) if now is not then)
-    if threading.gettrace() is not None:
-        hooks.append("threading.settrace (a tracer for new threads)")
-    if threading.getprofile() is not None:
-        hooks.append("threading.setprofile (a profiler for new threads)")
-    if sys.unraisablehook is not base.unraisablehook:
-        hooks.append("sys.unraisablehook (replaced)")
-    if torch._C._autograd._top_saved_tensors_default_hooks(True) is not None:
-        hooks.append("torch.autograd.graph.saved_tensors_hooks (left entered)")
-    return hooks

@@ -57,6 +57,8 @@ import torch
 from reference import TaskId, get_task
 from sandbox.child.build import hooks as build_hooks
 from sandbox.child import audit as _audit
+from sandbox.child import code_origins as _code_origins
+from sandbox.child import hook_registries as _hook_registries
 from sandbox.child import recorder as _recorder
 from sandbox.shared import compare as _compare
 from sandbox.shared import languages as _languages
@@ -129,7 +131,7 @@ class Integrity:
             for m in harness_modules for name, cls in vars(m).items()
             if isinstance(cls, type) and cls.__module__ == m.__name__
         })
-        self.hooks = _audit.HookBaseline.capture()
+        self.hooks = _hook_registries.HookBaseline.capture()
         """The judge's own hooks (gc callbacks, signal handlers, ...), before the candidate exists."""
 
     def changed(self) -> list[str]:
@@ -155,7 +157,7 @@ class Integrity:
             changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
         changed.extend(f"the dispatcher's kernels for {op}" for op, table in self._dispatch.items()
                        if torch._C._dispatch_dump(op) != table)
-        changed.extend(_audit.active_hooks(self.hooks))
+        changed.extend(_hook_registries.active_hooks(self.hooks))
         return changed
 
 
@@ -367,8 +369,8 @@ class Child:
 
     def _watched_modules(self) -> list[types.ModuleType]:
         """The judge's modules in this process whose contents candidate code must leave alone."""
-        return [_timing, _shared_timing, _protocol, _compare, _no_build, _audit, _window, _recorder,
-                sys.modules[__name__]]
+        return [_timing, _shared_timing, _protocol, _compare, _no_build, _audit, _code_origins, _hook_registries,
+                _window, _recorder, sys.modules[__name__]]
 
     _harness_probe: Callable[[], object] | None = None
     """What the judge runs besides the task's harness (`harness_operators`' `also`): a subclass's checks."""
@@ -391,7 +393,7 @@ class Child:
         quick hook check (what could still run after the window closes). `check=False`: the probe's."""
         hooks = self.integrity.hooks if check else None
         return _window.Keeper(self.device, self.task.output_shape, self.task.output_dtype, calls, self._leaf(shape),
-                              at_close=(lambda: _audit.active_hooks(hooks, quick=True)) if check else None)
+                              at_close=(lambda: _hook_registries.active_hooks(hooks, quick=True)) if check else None)
 
     def _leaf(self, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...], torch.dtype] | None:
         """What a training step's window samples (sandbox/child/training.py); a forward's has nothing."""

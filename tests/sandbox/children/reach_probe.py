@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from sandbox.child import audit
+from sandbox.child import audit, hook_registries
 from sandbox.child.harness import Tripwires
 from sandbox.child.timing import DeviceClock
 
@@ -24,7 +24,7 @@ class Harness:
 
 
 audit.install()
-baseline = audit.HookBaseline.capture()
+baseline = hook_registries.HookBaseline.capture()
 harness = Harness()
 harness.clock = DeviceClock(torch.device("cpu"))
 harness.level = 1
@@ -42,5 +42,5 @@ except Exception as exc:  # noqa: BLE001 - reported to the test, which expects s
     result = f"raised {type(exc).__name__}: {exc}"
 found, hits = audit.findings()
 print(json.dumps({"result": result if isinstance(result, (str, int, float, list, dict)) else repr(result)[:300],
-                  "findings": found, "hits": hits, "hooks": audit.active_hooks(baseline),
-                  "quick": audit.active_hooks(baseline, quick=True)}))
+                  "findings": found, "hits": hits, "hooks": hook_registries.active_hooks(baseline),
+                  "quick": hook_registries.active_hooks(baseline, quick=True)}))
