@@ -36,11 +36,11 @@ answer inside the process:
   garbage collector would find them, and walking it is recorded first.
 - `seal` hands the hook a harness instance (the child, its clock, `Integrity`): the hook keeps a copy of its
   attributes where frames cannot reach, and `findings` reports any attribute replaced, added, or hiding a method.
-- `HookBaseline` and `active_hooks` (sandbox/child/hook_registries.py): the registries through which candidate code would run inside a harness
-  step without an audit event (gc callbacks, signal handlers and interval timers, sys.monitoring tools,
-  threading's trace and profile functions, the unraisable hook, torch modes and saved-tensor hooks), checked
-  against what the judge itself had before the import, at every reply and (the quick ones) at the end of
-  every timed batch.
+- `HookBaseline` and `active_hooks` (sandbox/child/hook_registries.py): the registries through which candidate
+  code would run inside a harness step without an audit event (gc callbacks, signal handlers and interval timers,
+  sys.monitoring tools, threading's trace and profile functions, the unraisable hook, torch modes and saved-tensor
+  hooks), checked against what the judge itself had before the import, at every reply and (the quick ones) at the
+  end of every timed batch.
 
 What it cannot do: code that is native (a C++ extension) can reach anything in the process, remove the hook
 from the interpreter's list, or forge the child's replies; trusted library code that hands a caller a frame's
