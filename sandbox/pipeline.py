@@ -29,7 +29,7 @@ from sandbox import static_checks
 from sandbox.candidate import PreparedCandidate
 from sandbox.config import JudgeConfig
 from sandbox.execution.run import execute as execute_once
-from sandbox.execution.warm import WarmChild
+from sandbox.execution.spares import WarmChild
 from sandbox.extract import ExtractionError, extract_candidate
 from sandbox.shared.languages import JIT_SHAPES_ENV
 from sandbox.stages import timed

@@ -21,9 +21,10 @@ from sandbox import isolation
 from sandbox.candidate import PreparedCandidate
 from sandbox.config import JudgeConfig
 from sandbox.execution.baseline import get_baselines
-from sandbox.execution.phases import STAGE_LABELS, Execution, Stage, _Stop
+from sandbox.execution.phases import Execution
+from sandbox.execution.records import STAGE_LABELS, Stage, _Stop
 from sandbox.execution.training import execution_class
-from sandbox.execution.warm import WarmChild
+from sandbox.execution.spares import WarmChild
 from sandbox.supervisor import ChildFailure, ChildFailureKind
 from sandbox.verdict import Performance, Status, Verdict
 

@@ -40,7 +40,8 @@ from sandbox.execution import plausibility
 from sandbox import protocol as msg
 from sandbox.shared.compare import dtype_name, fingerprint, tensor_from_bytes
 from sandbox.execution.making import made_on_device
-from sandbox.execution.phases import CallTruth, Execution, _Stop
+from sandbox.execution.phases import Execution
+from sandbox.execution.records import CallTruth, _Stop
 from sandbox.execution.timing import ARMED_BYTES, batch_size, summarize
 from sandbox.shared.projection import projection_weights
 from sandbox.verdict import Status, TimingStats

@@ -10,7 +10,7 @@ import torch
 
 from reference import get_task
 from sandbox.execution import measure_baselines
-from sandbox.execution.phases import _performance
+from sandbox.execution.timed_phase import _performance
 from sandbox.execution.plausibility import (
     IMPLAUSIBLE_SOL_FRACTION,
     MIN_WINDOW_FRACTION,

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from sandbox import Status, judge
-from sandbox.execution.phases import TimedCall, host_decided
+from sandbox.execution.records import TimedCall
+from sandbox.execution.timed_phase import host_decided
 from sandbox import protocol as msg
 from sandbox.child import timing
 from sandbox.shared import timing as shared_timing
