@@ -35,27 +35,24 @@ candidate can patch any Python object, write to any file descriptor we hold, sta
   bounds what it can reach (no network, no host files, limited memory, processes, time and output).
 
 What remains possible for code in this process is written down in docs/threat-model.md.
+
+The harness's parts, each its own module of this room: `Integrity` (integrity.py), the dispatcher's operators and
+tripwires (operators.py), the threads and processes counted at every reply (census.py), a timed batch's state
+(batch.py), failures as replies (failures.py); the build child is build/compile.py.
 """
 
 from __future__ import annotations
 
-import builtins  # noqa: F401 - watched by Integrity (sys.modules lookup)
-import inspect
-import json  # noqa: F401 - watched by Integrity (sys.modules lookup)
 import os
 import re
 import sys
 import time
-import traceback
 import types
-import warnings
-from types import MappingProxyType
 from typing import Any, Callable
 
 import torch
 
 from reference import TaskId, get_task
-from sandbox.child.build import hooks as build_hooks
 from sandbox.child import audit as _audit
 from sandbox.child import code_origins as _code_origins
 from sandbox.child import hook_registries as _hook_registries
@@ -68,235 +65,23 @@ from sandbox import protocol as _protocol
 from sandbox.child import timing as _timing
 from sandbox.shared import timing as _shared_timing
 from sandbox.child import window as _window
+from sandbox.child import batch as _batch
+from sandbox.child import census as _census
+from sandbox.child import failures as _failures
+from sandbox.child import integrity as _integrity
+from sandbox.child import operators as _operators
+from sandbox.child.batch import Armed, DeviceMemory, null_model
+from sandbox.child.census import native_threads, other_processes, python_threads
+from sandbox.child.failures import OutputRejected, error_info
+from sandbox.child.integrity import Integrity
+from sandbox.child.operators import Tripwires, harness_operators
 
 _CUSTOM_OP = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?")
 _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "profiler", "c10d", "_c10d_functional", "inductor",
                                "quantized", "cuda", "triton", "torch", "autograd", "_quantized", "mkldnn"})
-TRACEBACK_LINES = 12
 _BUILD_DIR = os.path.dirname(os.environ["TORCH_EXTENSIONS_DIR"]) if os.environ.get("TORCH_EXTENSIONS_DIR") else None
 """The candidate's build directory (its /build): read before the import, in a module Integrity watches."""
 
-
-# --- integrity: what we rely on, captured before candidate code exists ---------------------------
-
-def _resolve(path: str) -> Any:
-    module_name, _, attr_path = path.partition(":")
-    obj: Any = sys.modules[module_name]
-    for part in attr_path.split(".") if attr_path else []:
-        # Static lookup: `Tensor.__torch_function__` is a classmethod, a fresh bound object per getattr.
-        obj = inspect.getattr_static(obj, part)
-    return obj
-
-
-_WATCHED = [
-    "time:perf_counter", "time:monotonic", "time:perf_counter_ns",
-    "torch:cuda.synchronize", "torch:cuda.Event", "torch:cuda.Event.record", "torch:cuda.Event.elapsed_time",
-    "torch:cuda.Event.synchronize", "torch:cuda.max_memory_allocated", "torch:cuda.reset_peak_memory_stats",
-    "torch:cuda.memory_allocated",
-    "torch:allclose", "torch:isclose", "torch:equal", "torch:testing.assert_close", "torch:sum", "torch:arange",
-    "torch:zeros", "torch:empty", "torch:frombuffer", "torch:index_select", "torch:cuda.current_stream",
-    "torch:Tensor", "torch:Tensor.__torch_function__", "torch:Tensor.__torch_dispatch__", "torch:Tensor.cpu",
-    "torch:Tensor.to", "torch:Tensor.detach", "torch:Tensor.clone", "torch:Tensor.contiguous",
-    "torch:Tensor.view", "torch:Tensor.sum", "torch:Tensor.zero_", "torch:Tensor.numpy", "torch:Tensor.untyped_storage",
-    "torch:Tensor.copy_",
-    "torch:nn.Module.__call__", "torch:nn.Module._call_impl",
-    "torch:nn.functional.kl_div", "torch:nn.functional.cross_entropy", "torch:nn.functional.log_softmax",
-    "torch:log", "torch:softmax", "torch:rand", "torch:randint", "torch:randn", "torch:Generator",
-    "torch:utils.cpp_extension._run_ninja_build",  # the build guard (sandbox/child/no_build.py)
-    "sys:exit", "sys:setprofile", "sys:getprofile", "sys:audit", "os:_exit", "os:write", "os:read", "os:listdir",
-    "os:urandom", "gc:callbacks",
-    "json:dumps", "json:loads", "builtins:type", "builtins:isinstance",
-    # What builds every reply (sandbox/protocol.py, `Message.unvalidated`; `Child.reply` adds the checks with
-    # `model_copy`): patched, they could drop the integrity fields from each reply on its way out.
-    "pydantic.main:BaseModel.model_construct", "pydantic.main:BaseModel.model_copy",
-]
-
-
-class Integrity:
-    """Identity snapshot of every object the judge relies on inside this process.
-
-    Its snapshots are read-only mappings, and the instance itself is sealed in the audit hook (`Child.load`):
-    code that reached it through a frame can neither edit a snapshot in place nor swap one unseen."""
-
-    def __init__(self, harness_modules: list[types.ModuleType], operators: set[str] = frozenset()) -> None:
-        self._objects = MappingProxyType({path: _resolve(path) for path in _WATCHED})
-        # The dispatcher's table for every operator the harness itself runs (`harness_operators`): a
-        # kernel the candidate registers on one of them (torch.library or TORCH_LIBRARY_IMPL, at any key)
-        # would run candidate code inside the harness's steps, e.g. while `arm` makes a timed call's inputs.
-        self._dispatch = MappingProxyType({op: torch._C._dispatch_dump(op) for op in sorted(operators)})
-        self._modules = MappingProxyType({m.__name__: (m, MappingProxyType(dict(vars(m)))) for m in harness_modules})
-        # Classes are mutable: patching DeviceClock.time_call leaves the module's dict unchanged.
-        self._classes = MappingProxyType({
-            f"{m.__name__}.{name}": (cls, MappingProxyType(dict(vars(cls))))
-            for m in harness_modules for name, cls in vars(m).items()
-            if isinstance(cls, type) and cls.__module__ == m.__name__
-        })
-        self.hooks = _hook_registries.HookBaseline.capture()
-        """The judge's own hooks (gc callbacks, signal handlers, ...), before the candidate exists."""
-
-    def changed(self) -> list[str]:
-        changed, _ = _audit.findings()  # first: what the audit hook saw, and whether it still answers
-        for path, original in self._objects.items():
-            try:
-                current = _resolve(path)
-            except (AttributeError, KeyError):
-                changed.append(f"{path} (deleted)")
-                continue
-            if current is not original:
-                changed.append(path)
-        for name, (module, snapshot) in self._modules.items():
-            current = vars(module)
-            for key, value in snapshot.items():
-                if current.get(key, _MISSING) is not value and key not in _WARNINGS_ONLY:
-                    changed.append(f"{name}.{key}")
-            changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys() - _WARNINGS_ONLY)
-        for name, (cls, snapshot) in self._classes.items():
-            current = vars(cls)
-            changed.extend(f"{name}.{key}" for key, value in snapshot.items()
-                           if current.get(key, _MISSING) is not value)
-            changed.extend(f"{name}.{key} (added)" for key in current.keys() - snapshot.keys())
-        changed.extend(f"the dispatcher's kernels for {op}" for op, table in self._dispatch.items()
-                       if torch._C._dispatch_dump(op) != table)
-        changed.extend(_hook_registries.active_hooks(self.hooks))
-        return changed
-
-
-_MISSING = object()
-_WARNINGS_ONLY = frozenset({"__warningregistry__"})
-"""What `warnings.warn(stacklevel=n)` adds to the module of the frame it lands on (a harness frame, when a
-candidate's forward() warns with stacklevel=4): read by the warnings machinery alone."""
-
-
-def harness_operators(task: Any, device: torch.device, also: Callable[[], object] | None = None) -> set[str]:
-    """The ATen operators the harness runs outside the candidate's call: making every distribution's inputs,
-    fingerprinting them, copying an output out (and whatever `also` runs: the training checks). Recorded by
-    running them once, before the import, below autograd (a dispatch mode) and above it (a function mode,
-    for composite operators such as softmax)."""
-    from torch.overrides import TorchFunctionMode  # torch's mode classes: this probe's alone
-    from torch.utils._python_dispatch import TorchDispatchMode  # (a private module of torch's)
-
-    seen: set[str] = set()
-
-    class Below(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-            seen.add(func._schema.name)
-            return func(*args, **(kwargs or {}))
-
-    class Above(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-            name = getattr(func, "__name__", "")
-            seen.update({f"aten::{name}", f"aten::{name.rstrip('_')}"})
-            return func(*args, **(kwargs or {}))
-
-    shape = (8, 64)  # the same operators as at full size, for a fraction of the cost
-    with Above(), Below():
-        for distribution in task.distributions:
-            inputs = task.make_inputs(shape, distribution, 0, device)
-            _compare.fingerprint(inputs)
-            inputs[0].sum().detach().clone().cpu().contiguous()
-        if also is not None:
-            also()
-    known = set()
-    for op in seen:
-        try:
-            torch._C._dispatch_dump(op)
-        except RuntimeError:
-            continue  # a Python name with no operator of that name
-        known.add(op)
-    return known
-
-
-# --- tripwires: forbidden operators replaced in the dispatcher -----------------------------------
-
-class Tripwires:
-    _KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA")
-
-    def __init__(self, aten_ops: frozenset[str]) -> None:
-        self.hits: list[str] = []
-        self._library = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # overriding aten kernels warns by design
-            for op in sorted(aten_ops):
-                name = op.split("::", 1)[1]
-                for key in self._KEYS:
-                    try:
-                        self._library.impl(name, self._tripwire(op), key)
-                    except RuntimeError:
-                        pass  # the op has no kernel slot for this key (e.g. a composite op on CPU)
-
-    def _tripwire(self, op: str) -> Callable[..., Any]:
-        hits = self.hits
-
-        def tripwire(*args: Any, **kwargs: Any) -> Any:
-            hits.append(op)
-            _audit.tripwire(op)  # a record frames cannot clear (sandbox/child/audit.py)
-            raise RuntimeError(f"{op} is forbidden for this task: write the computation yourself")
-
-        return tripwire
-
-
-class OutputRejected(Exception):
-    """forward() returned something that is not a plain, fresh tensor on the right device."""
-
-
-# --- helpers ------------------------------------------------------------------------------------
-
-def _error_info(exc: BaseException) -> _protocol.ErrorInfo:
-    """Exception type, message and the tail of the traceback, candidate frames first."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    candidate_frames = [f for f in frames if f.filename.endswith("candidate.py")]
-    where = candidate_frames[-1] if candidate_frames else (frames[-1] if frames else None)
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return _protocol.ErrorInfo.unvalidated(
-        type=type(exc).__name__,
-        message=str(exc)[:20000],
-        where=f"{where.filename}:{where.lineno} in {where.name}" if where else None,
-        traceback="\n".join(text.splitlines()[-TRACEBACK_LINES * 3:]),
-        kind=exc.kind if isinstance(exc, _no_build.NotBuilt) else None,
-    )
-
-
-def _python_threads() -> int:
-    return len(sys._current_frames())
-
-
-def _native_threads() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
-def _other_processes() -> list[str]:
-    """Processes besides us and our ancestors: all of them in a private PID namespace (bwrap, unshare),
-    our descendants only where the host's processes are visible (the development-only "none")."""
-    own = {os.getpid(), os.getppid(), 1}
-    private = os.environ.get("JUDGE_PRIVATE_PIDS") == "1"
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-
-    def descends_from_us(pid: int) -> bool:
-        for _ in range(64):
-            pid = parents.get(pid, 0)
-            if pid == os.getpid():
-                return True
-            if pid <= 1:
-                return False
-        return False
-
-    found = []
-    for pid in parents:
-        if pid in own or not (private or descends_from_us(pid)):
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                found.append(fh.read().replace(b"\0", b" ").decode(errors="replace")[:200] or f"pid {pid}")
-        except OSError:
-            continue
-    return found
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -364,13 +149,13 @@ class Child:
                                                                               also=self._probe))
         self._setup_step("harness_probe", mark)
         self.preloaded_modules = {name.split(".")[0] for name in sys.modules}
-        self.base_python_threads = _python_threads()
-        self.base_native_threads = _native_threads()
+        self.base_python_threads = python_threads()
+        self.base_native_threads = native_threads()
 
     def _watched_modules(self) -> list[types.ModuleType]:
         """The judge's modules in this process whose contents candidate code must leave alone."""
         return [_timing, _shared_timing, _protocol, _compare, _no_build, _audit, _code_origins, _hook_registries,
-                _window, _recorder, sys.modules[__name__]]
+                _window, _recorder, _integrity, _operators, _failures, _census, _batch, sys.modules[__name__]]
 
     _harness_probe: Callable[[], object] | None = None
     """What the judge runs besides the task's harness (`harness_operators`' `also`): a subclass's checks."""
@@ -419,9 +204,9 @@ class Child:
             _protocol.send(self.res_fd, message.model_copy(update={"tampered": found}) if found else message, payloads)
             return
         checks: dict[str, Any] = {
-            "python_threads": _python_threads() - self.base_python_threads,
-            "native_threads": _native_threads() - self.base_native_threads,
-            "processes": _other_processes(),
+            "python_threads": python_threads() - self.base_python_threads,
+            "native_threads": native_threads() - self.base_native_threads,
+            "processes": other_processes(),
         }
         hits = set(self.tripwires.hits) | set(_audit.findings()[1])
         checks.update(tampered=self.integrity.changed() + self.findings, tripwire_hits=sorted(hits))
@@ -570,7 +355,7 @@ class Child:
 
     def go(self, cmd: _protocol.Go) -> tuple[_protocol.GoReply, list[bytes]]:
         armed = self._take_armed(cmd)
-        model = _null_model(self.device) if armed.null else self.model
+        model = null_model(self.device) if armed.null else self.model
         shape = tuple(cmd.shape)
         # Plain closures, made by the interpreter: nothing the candidate could have patched runs between here and the
         # clock (a patched functools.partial could do a call's work before it is timed).
@@ -670,44 +455,8 @@ class Child:
         return slowest
 
 
-class Armed:
-    """A batch `arm` prepared: how many calls, whether they are the empty calls of calibration, and the window's
-    buffers."""
-
-    __slots__ = ("calls", "shape", "null", "forward_only", "keeper")
-
-    def __init__(self, *, calls: int, shape: tuple[int, ...], null: bool, forward_only: bool,
-                 keeper: _window.Keeper) -> None:
-        self.calls, self.shape, self.null, self.forward_only, self.keeper = calls, shape, null, forward_only, keeper
-
-
-class DeviceMemory:
-    """The allocator's counters around a batch's calls (sandbox/child/timing.py's `Memory`): the most allocated
-    during them beyond what existed before the first (every call's inputs)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.base = 0
-
-    def begin(self) -> None:
-        _reset_peak(self.device)
-        self.base = _allocated(self.device)
-
-    def peak(self) -> int:
-        return _max_allocated(self.device) - self.base
-
-
-_reset_peak = torch.cuda.reset_peak_memory_stats
-_allocated = torch.cuda.memory_allocated
-_max_allocated = torch.cuda.max_memory_allocated
 MAKE_PROBES = 3
 """Times each timed distribution's inputs are made at calibration, to learn what that costs the host."""
-
-
-def _null_model(device: torch.device) -> Callable[..., torch.Tensor]:
-    def model(*args: torch.Tensor) -> torch.Tensor:  # the empty call: no inputs, no work
-        return torch.zeros((), device=device)
-    return model
 
 
 def serve(child: Child, cmd_fd: int) -> None:
@@ -730,7 +479,7 @@ def serve(child: Child, cmd_fd: int) -> None:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             child.reply(_protocol.Reply.unvalidated(
-                op=op, ok=False, error=_error_info(exc),
+                op=op, ok=False, error=error_info(exc),
                 cuda_error=hasattr(torch, "AcceleratorError") and isinstance(exc, torch.AcceleratorError),
                 oom=isinstance(exc, torch.OutOfMemoryError)))
             if isinstance(exc, SystemExit) or op == "load" or "CUDA error" in str(exc):
@@ -738,90 +487,3 @@ def serve(child: Child, cmd_fd: int) -> None:
             continue
         message, payloads = result if isinstance(result, tuple) else (result, [])
         child.reply(message, payloads, lean=op == "go")
-
-
-def _is_build_failure(message: str) -> bool:
-    """torch's words for a compile or link that failed (cpp_extension's RuntimeError)."""
-    return "Error building extension" in message or "Error compiling objects" in message
-
-
-def _construct_for_build(module: types.ModuleType) -> None:
-    """Construct ModelNew once, on the CPU, so that extensions built in its __init__ (as many model-written
-    candidates do) are built here too: the execution child never builds (sandbox/child/no_build.py). This child has
-    no device, so an __init__ that needs one fails here and not there: only a failed build counts; anything
-    else is one line in the build log, and the execution child constructs it for real."""
-    model_cls = getattr(module, "ModelNew", None)
-    if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
-        return
-    try:
-        model_cls()
-    except Exception as exc:  # noqa: BLE001 - the candidate's __init__, judged again in the execution child
-        info = _error_info(exc)
-        if _is_build_failure(info.message):
-            raise
-        print(f"[judge] ModelNew() did not finish in the build child, which has no device ({info.type}: "
-              f"{info.message[:300]}); extensions it built before that are kept", file=sys.stderr, flush=True)
-
-
-def precompile_jit(module: types.ModuleType, task_id: TaskId) -> None:
-    """Call ModelNew once per judged shape so that a JIT language whose compile the execution child finds again
-    (languages.PRECOMPILED: TileLang, through its cache in the build directory) compiles here, in the build
-    stage, and not while the device is held. The inputs are uninitialised host tensors of each shape (the first
-    dimensions of the task's shape, one per input dimension: (rows, cols) and (rows,)), never filled and so
-    costing no memory; this child has no device, so the call ends when the kernel is launched, after the compile
-    it was for. Only a compile failure matters here, and it shows again in the execution child: anything the
-    call raises is one line in the build log."""
-    shapes = json.loads(os.environ.get(_languages.JIT_SHAPES_ENV, "[]"))
-    model_cls = getattr(module, "ModelNew", None)
-    if not shapes or not any(name in sys.modules for name in _languages.PRECOMPILED) or not isinstance(model_cls, type):
-        return
-    task = get_task(task_id)
-    kinds = task.make_inputs(task.cpu_shape, "official", 0, torch.device("cpu"))
-    try:
-        model = model_cls()
-    except Exception:  # noqa: BLE001 - __init__ failing here was reported by _construct_for_build
-        return
-    for shape in shapes:
-        inputs = [torch.empty(shape[:kind.dim()], dtype=kind.dtype) for kind in kinds]
-        started = time.monotonic()
-        try:
-            model(*inputs)
-        except Exception as exc:  # noqa: BLE001 - the launch fails here, with no device: expected
-            print(f"[judge] precompiled for {shape} in {time.monotonic() - started:.1f} s (the call then ended with "
-                  f"{type(exc).__name__}: {str(exc)[:200]})", file=sys.stderr, flush=True)
-
-
-def compile_only(task_id: TaskId, source_path: str, res_fd: int) -> None:
-    """Import the candidate once so its load_inline extensions build; report how that went."""
-    task = get_task(task_id)
-    accel, slim = os.environ.get("JUDGE_BUILD_ACCEL"), os.environ.get("JUDGE_SLIM_HEADERS") == "1"
-    if accel or slim:  # the judge's faster builds: a precompiled header, slim headers (sandbox/child/build/hooks.py)
-        build_hooks.install(accel, slim_headers=slim, pch_subset=os.environ.get("JUDGE_PCH_SUBSET") != "0")
-    tripwires = Tripwires(task.forbidden_aten_ops)
-    started = time.monotonic()
-    try:
-        module = _loading.import_candidate(source_path)
-        _construct_for_build(module)
-        precompile_jit(module, task_id)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides the verdict
-        info = _error_info(exc)
-        _protocol.send(res_fd, _protocol.BuildReply.unvalidated(
-            ok=False, build_failed=_is_build_failure(info.message), error=info,
-            tripwire_hits=sorted(set(tripwires.hits)), seconds=time.monotonic() - started))
-        return
-    _protocol.send(res_fd, _protocol.BuildReply.unvalidated(ok=True, tripwire_hits=sorted(set(tripwires.hits)),
-                                                            seconds=time.monotonic() - started))
-
-
-def exit_now() -> None:
-    """End the process without the interpreter's finalisation: tearing down torch and the device context from
-    Python took ~1 s of device time after every candidate. Nothing in the child needs an orderly end (its
-    files are the judge's to remove; the kernel frees the device context when the process exits). The streams
-    are unbuffered (PYTHONUNBUFFERED), but a candidate may have replaced them: they are flushed."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a candidate may have replaced or closed the stream
-            pass
-    os._exit(0)
-

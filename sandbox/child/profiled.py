@@ -77,4 +77,4 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)  # no interpreter teardown of torch and the context (see sandbox/child/harness.py exit_now)
+    os._exit(code)  # no interpreter teardown of torch and the context (see sandbox/child/__main__.py exit_now)

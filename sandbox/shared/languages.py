@@ -22,7 +22,7 @@ sm_90a on the H100/H200 hosts), since the build child has no device to ask.
 
 - TileLang compiles with nvcc (11-18 s for one kernel on the 2-core CPU machine, no GPU needed) and keeps what it
   built in `TILELANG_CACHE_DIR`, a folder of the build directory. The build stage calls ModelNew once per
-  judged shape on uninitialised host tensors (sandbox/child/harness.py `precompile_jit`): every kernel compiles
+  judged shape on uninitialised host tensors (sandbox/child/build/compile.py `precompile_jit`): every kernel compiles
   there, the call then fails to launch, and the execution child finds the kernels in the cache (a process's
   first call: 11.6 s compiling, 0.33 s from the cache). A candidate naming its own target (`target="cuda"`)
   compiles for sm_50 in the build child ("Unable to detect CUDA version") and again, for the card, in the
@@ -96,7 +96,7 @@ LANGUAGES = (
 BY_ID = {language.id: language for language in LANGUAGES}
 JIT_SHAPES_ENV = "JUDGE_JIT_SHAPES"
 """The build child's environment variable naming (as JSON) the shapes the execution will judge, which a JIT
-language compiles for in the build stage (sandbox/child/harness.py `precompile_jit`)."""
+language compiles for in the build stage (sandbox/child/build/compile.py `precompile_jit`)."""
 PRECOMPILED = ("tilelang",)
 """The languages whose build-stage compile the execution child finds again: TileLang's cache is on disk in the
 build directory. CuTe DSL's `cute.compile` keeps its result in the process that called it (its disk cache serves

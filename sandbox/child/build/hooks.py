@@ -1,6 +1,6 @@
 """Inside the build child: two hooks on torch's extension build that make it faster and change nothing else.
 
-Runs in the isolated compile child before the candidate is imported (sandbox/child/harness.py `compile_only`).
+Runs in the isolated compile child before the candidate is imported (sandbox/child/build/compile.py `compile_only`).
 build.ninja itself is left exactly as torch writes it: the execution child, which runs the same load_inline
 without these hooks, then finds every output up to date instead of rebuilding.
 
