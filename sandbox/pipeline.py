@@ -14,6 +14,7 @@ import re
 import time
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,7 +35,7 @@ from sandbox.extract import ExtractionError, extract_candidate
 from sandbox.shared.languages import JIT_SHAPES_ENV
 from sandbox.stages import timed
 from sandbox.static_checks import check_source
-from sandbox.supervisor import ChildFailure, ChildSession
+from sandbox.supervisor import ChildFailure, ChildResult, ChildSession
 from sandbox.verdict import CompileError, Status, Verdict
 
 __all__ = ["PreparedCandidate", "execute", "judge", "prepare"]
@@ -261,39 +262,49 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
     try:
         reply = session.receive(config.compile_timeout_s)
     except ChildFailure as failure:
-        error = {"type": failure.kind, "message": str(failure)}
-        if failure.kind == "timeout":
-            seen = watch.stop()
-            if seen.stalled:  # the limit's time went to the host (sandbox/build/stall.py), not to the candidate
-                return replace(ours(f"the host stalled the build: {seen.describe()}", failure.stderr, error),
-                               stall=seen.to_dict())
-            return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
-                                     seconds=time.monotonic() - started, error=error, timed_out=True)
-        if failure.flooded:
-            # Output past the limit from a build is the compiler's errors (torch/extension.h under -std=c++14 gives
-            # megabytes) or the candidate's own prints at import: the candidate's outcome either way, judged on
-            # the kept start of the log, where the first errors are. Left to the execution child, the killed
-            # build's lock file made torch wait there until the load limit, holding the device.
-            return compiler.BuildResult(ok=False, build_failed=True, log=failure.stderr,
-                                     seconds=time.monotonic() - started, error=error)
-        if failure.kind == "protocol":
-            # The child's only message is written after the candidate's import ran, in the candidate's process: a
-            # garbled or forged frame is the candidate's doing (issue 39), never a retry of the judge's.
-            return _broken(str(failure), failure.stderr, started)
-        if failure.kind == "oom" or failure.signal_name == "SIGKILL":
-            # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran): the build has no
-            # outcome to judge. The service retries a system_error a bounded number of times, so a candidate that
-            # does this to itself on purpose ends there.
-            return ours(f"the build child failed: {failure}", failure.stderr, error)
-        # It exited, or faulted, while importing the candidate: the candidate's doing, judged where it happens
-        # again, in the execution child (an exit at import is tampering; a crash, a runtime error).
-        return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
-                                    seconds=time.monotonic() - started,
-                                 error=error)
+        return _failed_build(failure, watch, started, ours)
     finally:
         watch.stop()
         session.close()
-    log = session.stderr()
+    return _build_reply(reply, session.stderr(), started)
+
+
+def _failed_build(failure: ChildFailure, watch: StallWatch, started: float,
+                  ours: Callable[..., compiler.BuildResult]) -> compiler.BuildResult:
+    """A build child that ended without its reply: whose failure it was (the host's, the candidate's, the judge's)."""
+    error = {"type": failure.kind, "message": str(failure)}
+    if failure.kind == "timeout":
+        seen = watch.stop()
+        if seen.stalled:  # the limit's time went to the host (sandbox/build/stall.py), not to the candidate
+            return replace(ours(f"the host stalled the build: {seen.describe()}", failure.stderr, error),
+                           stall=seen.to_dict())
+        return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
+                                 seconds=time.monotonic() - started, error=error, timed_out=True)
+    if failure.flooded:
+        # Output past the limit from a build is the compiler's errors (torch/extension.h under -std=c++14 gives
+        # megabytes) or the candidate's own prints at import: the candidate's outcome either way, judged on
+        # the kept start of the log, where the first errors are. Left to the execution child, the killed
+        # build's lock file made torch wait there until the load limit, holding the device.
+        return compiler.BuildResult(ok=False, build_failed=True, log=failure.stderr,
+                                 seconds=time.monotonic() - started, error=error)
+    if failure.kind == "protocol":
+        # The child's only message is written after the candidate's import ran, in the candidate's process: a
+        # garbled or forged frame is the candidate's doing (issue 39), never a retry of the judge's.
+        return _broken(str(failure), failure.stderr, started)
+    if failure.kind == "oom" or failure.signal_name == "SIGKILL":
+        # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran): the build has no
+        # outcome to judge. The service retries a system_error a bounded number of times, so a candidate that
+        # does this to itself on purpose ends there.
+        return ours(f"the build child failed: {failure}", failure.stderr, error)
+    # It exited, or faulted, while importing the candidate: the candidate's doing, judged where it happens
+    # again, in the execution child (an exit at import is tampering; a crash, a runtime error).
+    return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
+                                seconds=time.monotonic() - started,
+                             error=error)
+
+
+def _build_reply(reply: ChildResult, log: str, started: float) -> compiler.BuildResult:
+    """The build child's `BuildReply`, read: its outcome, with its error first in the log."""
     try:
         header = msg.parse_reply(reply.header, msg.BuildReply)
     except msg.ProtocolError as exc:

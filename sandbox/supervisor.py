@@ -20,7 +20,7 @@ from typing import Any, Callable
 from typing_extensions import Self
 
 import reference
-from sandbox import isolation, protocol
+from sandbox import isolation, protocol, sandboxed_process
 from sandbox.shared import languages
 from sandbox.config import JudgeConfig
 
@@ -191,7 +191,7 @@ class ChildSession:
         ended)."""
         self._closed = False
         try:
-            self.process = isolation.start(spec, mechanism=self.mechanism)
+            self.process = sandboxed_process.start(spec, mechanism=self.mechanism)
         finally:
             os.close(cmd_r)
             os.close(res_w)

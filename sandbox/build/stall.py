@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from sandbox.proctree import tree
 
 if TYPE_CHECKING:
-    from sandbox.isolation import SandboxedProcess
+    from sandbox.sandboxed_process import SandboxedProcess
 
 SAMPLE_S = 0.2
 """Between two looks at the tree: short against any compile limit, cheap (a few /proc reads)."""

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from sandbox.proctree import read, tree
 
 if TYPE_CHECKING:
-    from sandbox.isolation import Cgroup
+    from sandbox.cgroup import Cgroup
 
 PROCESS_CLOCKS = "process-clocks"
 SETTLE_S = 0.01

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from sandbox import isolation
+from sandbox import isolation, sandboxed_process
 from sandbox.environment import device_name
 from sandbox.pipeline import PreparedCandidate
 from sandbox.profiling import ncu as _ncu
@@ -137,7 +137,7 @@ def profile_candidate(prepared: PreparedCandidate, device: str, *, config: Judge
                                 max_pids=config.max_pids, output_bytes=config.output_limit_bytes,
                                 tmp_bytes=config.disk_limit_bytes, file_size_bytes=config.disk_limit_bytes),
         cwd=paths.build)
-    completed = isolation.run(spec, mechanism)
+    completed = sandboxed_process.run(spec, mechanism)
     try:
         log = _read_log(prepared.build_dir, log_name)
     finally:
@@ -152,7 +152,7 @@ def profile_candidate(prepared: PreparedCandidate, device: str, *, config: Judge
     return _outcome(completed, log, base, time_limit_s)
 
 
-def _outcome(completed: isolation.Completed, log: str | None, base: dict, time_limit_s: float) -> Profile:
+def _outcome(completed: sandboxed_process.Completed, log: str | None, base: dict, time_limit_s: float) -> Profile:
     """The Profile a finished run gives: its kernels, or why there are none."""
     output = completed.stdout + "\n" + completed.stderr
     if completed.timed_out:

@@ -32,7 +32,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sandbox import isolation, protocol as msg
+from sandbox import isolation, sandboxed_process
+from sandbox import protocol as msg
 from sandbox.execution import bytecode
 from sandbox.config import JudgeConfig
 from sandbox.supervisor import ChildPaths, ChildSession, child_env, code_binds
@@ -70,7 +71,7 @@ def sandboxed(code: str, config: JudgeConfig, gpu: bool) -> float:
                                                              1 << 20, 1 << 30, 1 << 30),
                                      cwd=paths.build)
         started = time.monotonic()
-        done = isolation.run(spec, mechanism)
+        done = sandboxed_process.run(spec, mechanism)
         elapsed = time.monotonic() - started
         if done.returncode != 0:
             raise RuntimeError(f"sandboxed {code!r} failed ({done.returncode}): {done.output_text()[-2000:]}")

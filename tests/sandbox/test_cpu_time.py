@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Status, isolation, judge, proctree
+from sandbox import Status, cgroup, isolation, judge, proctree, sandboxed_process
 from sandbox.execution import cputime, plausibility
 from sandbox.isolation import Limits, SandboxSpec
 
@@ -74,7 +74,7 @@ def live_threads_ns(root_pid: int) -> int:
 
 
 @contextlib.contextmanager
-def server(tmp_path: Path) -> Iterator[tuple[isolation.SandboxedProcess, Callable[[bytes], None]]]:
+def server(tmp_path: Path) -> Iterator[tuple[sandboxed_process.SandboxedProcess, Callable[[bytes], None]]]:
     """SERVER under bubblewrap, and a function that sends it one request and waits for the reply."""
     assert isolation.available_mechanism("bwrap") == "bwrap", "bubblewrap must work (apt-get install bubblewrap)"
     (tmp_path / "build").mkdir(exist_ok=True)
@@ -83,7 +83,7 @@ def server(tmp_path: Path) -> Iterator[tuple[isolation.SandboxedProcess, Callabl
     spec = SandboxSpec(argv=[sys.executable, "-c", textwrap.dedent(SERVER), str(cmd_r), str(res_w)], env=ENV,
                        writable_dir=tmp_path / "build", limits=LIMITS, pass_fds=(cmd_r, res_w))
     try:
-        proc = isolation.start(spec, "bwrap")
+        proc = sandboxed_process.start(spec, "bwrap")
     finally:
         os.close(cmd_r)
         os.close(res_w)
@@ -111,7 +111,7 @@ def around(meter: cputime.Meter, ask: Callable[[bytes], None], op: bytes) -> tup
 
 @pytest.fixture
 def no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(isolation.Cgroup, "create", classmethod(lambda cls, *args: None))
+    monkeypatch.setattr(cgroup.Cgroup, "create", classmethod(lambda cls, *args: None))
 
 
 # --- the mechanism -------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_a_reading_waits_for_running_threads_to_be_charged(tmp_path: Path) -> No
 class LiveThreadsMeter(cputime.Meter):
     """The judge's reading before the job's cgroup was read: the threads alive at the reading."""
 
-    def __init__(self, root_pid: int, cgroup: isolation.Cgroup | None) -> None:
+    def __init__(self, root_pid: int, cgroup: cgroup.Cgroup | None) -> None:
         self.root_pid, self.cgroup, self.source = root_pid, None, "live-threads"
 
     def read(self) -> cputime.Reading:
@@ -180,7 +180,7 @@ class LiveThreadsMeter(cputime.Meter):
 class ClocksMeter(cputime.Meter):
     """The judge's fallback where no cgroup exists, forced."""
 
-    def __init__(self, root_pid: int, cgroup: isolation.Cgroup | None) -> None:
+    def __init__(self, root_pid: int, cgroup: cgroup.Cgroup | None) -> None:
         super().__init__(root_pid, None)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import isolation
+from sandbox import isolation, sandboxed_process
 from sandbox.execution import baseline
 from sandbox.isolation import Limits, SandboxSpec
 
@@ -77,9 +77,9 @@ def test_sandbox_starts_while_another_thread_holds_a_fork_lock(tmp_path: Path, l
     mechanism = isolation.available_mechanism(mechanism)  # bwrap must work (CI installs it)
     # Once before the lock is taken, so that the probes and any first import are done: only the start
     # itself is under test.
-    assert isolation.run(spec, mechanism).returncode == 0
-    results: list[isolation.Completed] = []
-    starter = threading.Thread(target=lambda: results.append(isolation.run(spec, mechanism)), daemon=True)
+    assert sandboxed_process.run(spec, mechanism).returncode == 0
+    results: list[sandboxed_process.Completed] = []
+    starter = threading.Thread(target=lambda: results.append(sandboxed_process.run(spec, mechanism)), daemon=True)
     with held_by_another_thread(lock):
         starter.start()
         starter.join(timeout=START_S)

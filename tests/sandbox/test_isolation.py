@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import isolation
+from sandbox import cgroup, isolation, sandboxed_process
 from sandbox.config import JudgeConfig
 from sandbox.isolation import Limits, SandboxSpec
 
@@ -44,13 +44,13 @@ def need(mechanism: str) -> str:
 
 
 def sandboxed(tmp_path: Path, mechanism: str, code: str, *args: str, limits: Limits = LIMITS, env: dict | None = None,
-              **spec: object) -> isolation.Completed:
+              **spec: object) -> sandboxed_process.Completed:
     build = tmp_path / "build"
-    return isolation.run(SandboxSpec(argv=[sys.executable, "-c", textwrap.dedent(code), *args], env=env or ENV,
+    return sandboxed_process.run(SandboxSpec(argv=[sys.executable, "-c", textwrap.dedent(code), *args], env=env or ENV,
                                      writable_dir=build, limits=limits, **spec), need(mechanism))
 
 
-def report(done: isolation.Completed) -> dict:
+def report(done: sandboxed_process.Completed) -> dict:
     """The child's last stdout line, as JSON."""
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -71,7 +71,7 @@ def host_processes_with(marker: str) -> list[int]:
 @pytest.fixture
 def no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn the cgroup layer off, to test what the namespaces or rlimits do on their own."""
-    monkeypatch.setattr(isolation.Cgroup, "create", classmethod(lambda cls, *args: None))
+    monkeypatch.setattr(cgroup.Cgroup, "create", classmethod(lambda cls, *args: None))
 
 
 # --- mechanism selection -------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def test_without_bubblewrap_nothing_falls_back(monkeypatch: pytest.MonkeyPatch, 
     assert "apt-get install bubblewrap" in message and "JUDGE_ISOLATION=unshare" in message
     assert ("does not exist" in message) if bwrap.startswith("/nonexistent") else ("cannot create a sandbox" in message)
     with pytest.raises(isolation.IsolationUnavailable):
-        isolation.start(SandboxSpec(argv=["true"], env=ENV, writable_dir=Path("/tmp/never-used")), requested)
+        sandboxed_process.start(SandboxSpec(argv=["true"], env=ENV, writable_dir=Path("/tmp/never-used")), requested)
 
 
 def test_weaker_isolation_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -433,7 +433,7 @@ def test_pass_fds_channel_and_nothing_else_inherited(tmp_path: Path, mechanism: 
             os.write(res, request.upper() + b" " + leaked)
         """), str(cmd_r), str(res_w), str(stray)], env=ENV, writable_dir=tmp_path / "build", limits=LIMITS,
             pass_fds=(cmd_r, res_w))
-        proc = isolation.start(spec, need(mechanism))
+        proc = sandboxed_process.start(spec, need(mechanism))
         os.close(cmd_r)
         os.close(res_w)
         os.write(cmd_w, b"ping")
@@ -462,13 +462,13 @@ LIMITS_REPORT = """
 """
 
 
-def start_paused(tmp_path: Path, mechanism: str) -> tuple[isolation.SandboxedProcess, int]:
+def start_paused(tmp_path: Path, mechanism: str) -> tuple[sandboxed_process.SandboxedProcess, int]:
     """LIMITS_REPORT started and waiting; returns the process and the pipe end that lets it go on."""
     go_r, go_w = os.pipe()
     spec = SandboxSpec(argv=[sys.executable, "-c", textwrap.dedent(LIMITS_REPORT), str(go_r)], env=ENV,
                        writable_dir=tmp_path / "build", limits=LIMITS, pass_fds=(go_r,))
     try:
-        return isolation.start(spec, need(mechanism)), go_w
+        return sandboxed_process.start(spec, need(mechanism)), go_w
     except BaseException:
         os.close(go_w)
         raise
@@ -513,20 +513,20 @@ def test_a_failed_cgroup_join_is_an_isolation_error_and_nothing_runs(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher cannot join the job's cgroup: the judge's fault (system_error), whatever the command
     would have exited with, and the command never starts; the job's cgroup is removed."""
-    made: list[isolation.Cgroup | None] = []
-    real_create = isolation.Cgroup.create
+    made: list[cgroup.Cgroup | None] = []
+    real_create = cgroup.Cgroup.create
 
-    def create(cls: type, *args: int) -> isolation.Cgroup | None:
+    def create(cls: type, *args: int) -> cgroup.Cgroup | None:
         made.append(real_create(*args))
         return made[-1]
 
-    monkeypatch.setattr(isolation.Cgroup, "create", classmethod(create))
-    monkeypatch.setattr(isolation.Cgroup, "procs_files", lambda self: [tmp_path / "not-a-cgroup" / "cgroup.procs"])
+    monkeypatch.setattr(cgroup.Cgroup, "create", classmethod(create))
+    monkeypatch.setattr(cgroup.Cgroup, "procs_files", lambda self: [tmp_path / "not-a-cgroup" / "cgroup.procs"])
     ran = tmp_path / "build" / "ran"
     spec = SandboxSpec(argv=[sys.executable, "-c", f"open({str(ran)!r}, 'w')"], env=ENV,
                        writable_dir=tmp_path / "build", limits=LIMITS)
     with pytest.raises(isolation.IsolationError, match="FileNotFoundError.*not-a-cgroup"):
-        isolation.start(spec, need(mechanism))
+        sandboxed_process.start(spec, need(mechanism))
     assert not ran.exists()
     assert made and made[0] is not None, "the CI host has writable cgroups"
     assert not any(path.exists() for path in made[0].paths.values())
@@ -536,7 +536,7 @@ def test_a_command_that_cannot_exec_is_an_isolation_error(tmp_path: Path) -> Non
     """Under "none" the launcher execs the command itself; a missing one is reported as Popen would."""
     spec = SandboxSpec(argv=["/nonexistent/judge-child"], env=ENV, writable_dir=tmp_path / "build", limits=LIMITS)
     with pytest.raises(isolation.IsolationError, match="could not start /nonexistent/judge-child: FileNotFoundError"):
-        isolation.start(spec, "none")
+        sandboxed_process.start(spec, "none")
 
 
 # --- the happy path ------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import isolation
+from sandbox import sandboxed_process
 from sandbox.build import nvcc_split
 from sandbox.isolation import SandboxSpec
 
@@ -143,7 +143,7 @@ def test_the_build_sandbox_runs_the_driver_in_nvccs_place(driver: Path, tmp_path
     spec = SandboxSpec(argv=[NVCC, *DEPS, "k.o.d", "-c", "k.cu", "-o", "k.o"],
                        env={"PATH": f"{Path(NVCC).parent}:/usr/bin:/bin", "HOME": "/tmp"},
                        writable_dir=work, readonly_binds=binds)
-    done = isolation.run(spec, "bwrap")
+    done = sandboxed_process.run(spec, "bwrap")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads((work / f"k.o{nvcc_split.RECORD_SUFFIX}").read_text())["ids_equal"] is True
     _, files = _deps(work / "k.o.d")
