@@ -306,10 +306,13 @@ class Execution(TimedPhase):
     def trial(self, index: int, shape: tuple[int, ...], distribution: str, *, extra: bool = False,
               seed: int | None = None) -> TrialResult:
         seed = secrets.randbits(62) if seed is None else seed
-        truth = self.call_truth(shape, distribution, seed)
         step = f"{'extra shape' if extra else 'trial'} {index} ({distribution}, shape {list(shape)})"
-        reply, raw = self.ask(msg.Trial(shape=list(shape), distribution=distribution, seed=seed), self.trial_reply,
-                              step, self.config.call_timeout_s)
+        assert self.session is not None
+        # The child makes its inputs and runs the candidate while the parent computes its own truth: a trial is not
+        # timed, so the two may share the device, and the device is held for the longer of them, not their sum.
+        self.session.send(msg.Trial(shape=list(shape), distribution=distribution, seed=seed).model_dump())
+        truth = self.call_truth(shape, distribution, seed)
+        reply, raw = self.read(self.session.receive(self.config.call_timeout_s), self.trial_reply, step)
         base = {"trial": index, "distribution": distribution, "shape": list(shape), "seed": seed}
         if reply.rejected_output:
             return TrialResult(**base, passed=False, message=reply.rejected_output)
