@@ -131,7 +131,7 @@ class Recorder:
 
     def exercise(self) -> None:
         """What a canary runs, once, uncounted: the harness probe records its operators, so a kernel a candidate
-        registers for one of them is seen (sandbox/child/harness.py `harness_operators`)."""
+        registers for one of them is seen (sandbox/child/operators.py `harness_operators`)."""
         self._target[:1].copy_(self._source[:1])
 
     def canary(self) -> None:
