@@ -21,7 +21,8 @@ def summary(out: Path) -> list[str]:
     lines = []
     for name, measures in json.loads((out / "repeats.json").read_text()).items():
         stages = measures.get("stages", [])
-        lines.append(f"{out.name} {name} median {_rounded(measures['median_ms'], 4)} held {_rounded(measures['held_s'])}"
+        lines.append(f"{out.name} {name} median {_rounded(measures['median_ms'], 4)}"
+                     f" held {_rounded(measures['held_s'])}"
                      f" gate {_rounded([s.get('device_gate_wait', 0.0) for s in stages])}"
                      f" timing {_rounded([s.get('timing', 0.0) for s in stages])}"
                      f" precal {_rounded([s.get('pre_calibration', 0.0) for s in stages])}")
