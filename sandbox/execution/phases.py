@@ -45,7 +45,12 @@ CLOCK_CALIBRATION_REPS = 50
 """Empty calls the child times to learn its clocks' own overhead (synchronise + timestamp)."""
 EMPTY_CALLS = 10
 """Timed round trips of an empty batch before the candidate is loaded: what a round trip costs the parent's
-clock beyond the calls themselves (the timing bound subtracts it)."""
+clock beyond the calls themselves (the timing bound subtracts it). On the CPU: a loaded host's round trips vary."""
+GPU_EMPTY_CALLS = 4
+"""The same on a GPU, where an empty batch's round trip varies by a few per cent (H200, 2026-11-28) but costs the
+device what a real batch's making does (kl_div: its lead and three sets of inputs, ~35 ms): ten of them made a
+spare's calibration 0.5 s, which the next candidate's timing stage waited for (the device gate), 0.5 s of its hold."""
+
 R = TypeVar("R", bound=msg.Reply)
 T = TypeVar("T")
 
@@ -219,7 +224,8 @@ class Execution(TimedPhase):
                             msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
         assert isinstance(clock, msg.CalibrateReply)
         pool, size = self.timing_distributions(), self.batch_size()
-        empty = tuple(self.timed_batch(i, self.draw(pool, size), empty=True) for i in range(EMPTY_CALLS))
+        count = GPU_EMPTY_CALLS if self.is_cuda else EMPTY_CALLS
+        empty = tuple(self.timed_batch(i, self.draw(pool, size), empty=True) for i in range(count))
         self.calibration = Calibration(empty_calls=empty, flush_ms=clock.flush_ms, lead_ms=clock.lead_ms,
                                        make_host_ms=clock.make_host_ms)
 

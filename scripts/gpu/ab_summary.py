@@ -62,7 +62,8 @@ def stage_rows(out: Path) -> list[str]:
             row.setdefault("held", []).append(held)
             for stage in HELD_STAGES:
                 row.setdefault(stage, []).append(verdict.get("stages", {}).get(stage, 0.0))
-    lines = ["| file | judge | held s | " + " | ".join(HELD_STAGES) + " | rest |", "|---" * (len(HELD_STAGES) + 4) + "|"]
+    lines = ["| file | judge | held s | " + " | ".join(HELD_STAGES) + " | rest |",
+             "|---" * (len(HELD_STAGES) + 4) + "|"]
     for (name, judge), row in sorted(seen.items()):
         medians = {k: statistics.median(v) for k, v in row.items()}
         rest = medians["held"] - sum(medians[s] for s in HELD_STAGES)
