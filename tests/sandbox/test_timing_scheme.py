@@ -387,7 +387,7 @@ def test_a_gpu_batch_queues_its_lead_and_its_inputs_before_the_first_call_and_ti
     host clock's share with the calls' own flushes."""
     log: list = []
     clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
-    least = max(0.5, timing.LEAD_MAKE_FACTOR * timing.LEAD_CALL_HOST_MS)  # one call, no making learnt
+    least = max(0.5, shared_timing.LEAD_MAKE_FACTOR * shared_timing.LEAD_CALL_HOST_MS)  # one call, no making learnt
     assert clock.flush_ms == pytest.approx(0.09) and clock.lead_flushes == math.ceil(least / 0.09), "whole flushes"
     calls = [timing.Call(lambda i=i: log.append(f"make {i}") or [], lambda inputs, i=i: log.append(f"call {i}"))
              for i in range(3)]
@@ -439,7 +439,8 @@ def test_the_lead_covers_the_hosts_queueing_of_the_batch_s_inputs() -> None:
     judge's own work (lead_flushes)."""
     per_call = shared_timing.LEAD_CALL_HOST_MS
     assert shared_timing.lead_flushes(100.0, 0.1, 1, 0.09) == math.ceil(shared_timing.MAX_LEAD_MS / 0.09)
-    assert shared_timing.lead_flushes(0.5, 0.0, 1, 0.09) == math.ceil(max(0.5, shared_timing.LEAD_MAKE_FACTOR * per_call) / 0.09)
+    assert shared_timing.lead_flushes(0.5, 0.0, 1, 0.09) == math.ceil(
+        max(0.5, shared_timing.LEAD_MAKE_FACTOR * per_call) / 0.09)
     assert shared_timing.lead_flushes(0.5, 0.5, 8, 0.09) == math.ceil(
         min(shared_timing.LEAD_MAKE_FACTOR * 8 * (0.5 + per_call), shared_timing.MAX_LEAD_MS) / 0.09)
     assert shared_timing.lead_flushes(0.5, 0.1, 3, 0.09) > shared_timing.lead_flushes(0.5, 0.1, 1, 0.09)
