@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,10 +21,15 @@ FILLER = ".filler"
 
 
 @contextmanager
-def small_disk(where: Path, size_bytes: int) -> Iterator[Path]:
-    """A tmpfs of `size_bytes` mounted at `where` (created) for the block's length."""
+def small_disk(where: Path, size_bytes: int, owner: str | None = None) -> Iterator[Path]:
+    """A tmpfs of `size_bytes` mounted at `where` (created) for the block's length; `owner`: the user its root
+    belongs to (mode 0700, as PostgreSQL wants a tablespace's directory), else root's, mode 0755."""
     where.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)],
+    options = f"size={size_bytes}"
+    if owner is not None:
+        user = pwd.getpwnam(owner)
+        options += f",mode=0700,uid={user.pw_uid},gid={user.pw_gid}"
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
