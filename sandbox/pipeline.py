@@ -156,6 +156,8 @@ def _build_once(task: Task, paths: compiler.KeyPaths, source: str, target: str,
                     placed = compile_errors.place(result.log, source, paths.build)
                     result = replace(result, compile_errors=tuple(e.model_dump() for e in placed))
             result = compiler.store_result(paths, result, accel)
+        else:  # not stored (the host's failure, a timeout), nor left taking space (a full disk's partial objects)
+            compiler.clear_build(paths.key_dir)
         return result
 
 
