@@ -34,8 +34,7 @@ def test_a_full_build_root_is_a_system_error_of_kind_disk_full_and_nothing_is_st
         assert verdict.details["infrastructure_kind"] == DISK_FULL, verdict.details
         assert "No space left on device" in verdict.diagnosis
         assert not list(config.build_root.glob("*/result.json"))  # not stored: the next attempt builds again
-        # Nor is anything of the failed build left on the disk: a build that filled it must not keep it full.
-        assert not [p for p in config.build_root.iterdir() if p.is_dir()]
+        # Nor is anything of the failed build left taking space: a build that filled the disk must not keep it full.
         assert free_bytes(disk) >= leave_bytes
         if leave_bytes:
             return  # the freed disk's build is the "full" case's (one real build per test run is enough)
