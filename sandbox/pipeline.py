@@ -107,8 +107,9 @@ def _compile(task: Task, raw_source: str, source: str, code_sha256: str, target:
         try:
             result = _build_once(task, paths, source, target, config)
         except OSError as exc:  # the cache disk (full, read-only): ours, and nothing is stored
-            return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id,
-                            target, code_sha256, details={"stage": "compile"}, **common)
+            return _verdict(Status.SYSTEM_ERROR, f"the build cache could not be written: {exc}", task.id, target,
+                            code_sha256, details={"stage": "compile", **compiler.infrastructure_kind(str(exc))},
+                            **common)
     pch_note = build_advice.pch_note(result.pch_building_s, stages["compile"])
     if pch_note:  # its own stage, so that the compile's seconds are the candidate's
         stages["pch_build"] = result.pch_building_s
@@ -156,6 +157,8 @@ def _build_once(task: Task, paths: compiler.KeyPaths, source: str, target: str,
                     placed = compile_errors.place(result.log, source, paths.build)
                     result = replace(result, compile_errors=tuple(e.model_dump() for e in placed))
             result = compiler.store_result(paths, result, accel)
+        else:  # not stored (the host's failure, a timeout), nor left taking space (a full disk's partial objects)
+            compiler.clear_build(paths.key_dir)
         return result
 
 
@@ -168,7 +171,8 @@ def _rejection(result: compiler.BuildResult, task_id: TaskId, target: str, code_
         stall = {"stall": result.stall} if result.stall else {}
         return _verdict(Status.SYSTEM_ERROR, f"the build failed for reasons of the judge's: {result.infrastructure}",
                         task_id, target, code_sha256, details={"stage": "compile",
-                                                               "infrastructure": result.infrastructure, **stall},
+                                                               "infrastructure": result.infrastructure, **stall,
+                                                               **compiler.infrastructure_kind(result.infrastructure)},
                         **fields)
     if result.broken_protocol:
         return _verdict(Status.COMPILE_ERROR, "the build stage's result channel carried a message that is not the "

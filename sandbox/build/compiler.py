@@ -398,6 +398,17 @@ def infrastructure_failure(error_message: str) -> str | None:
     return None
 
 
+DISK_FULL = "disk_full"
+"""`details["infrastructure_kind"]` of a build that failed because the judge's disk (the build root) was full: a
+machine-readable reason, so that the caller can wait for space instead of counting the failure as an ordinary one."""
+_NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded", re.I)
+
+
+def infrastructure_kind(why: str) -> dict[str, str]:
+    """`{"infrastructure_kind": DISK_FULL}` when the judge's failure `why` says its disk was full, else empty."""
+    return {"infrastructure_kind": DISK_FULL} if _NO_SPACE.search(why) else {}
+
+
 def first_errors(log: str, limit: int = 5) -> list[str]:
     """The compiler's first error lines as 'file:line: message', candidate-relative paths."""
     found = []

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     A long LLM completion with reasoning is ~20-60 KiB."""
     max_request_bytes: int = 512 * 1024
     """Largest accepted request body (source + metadata + JSON escaping); larger answers 413."""
+    highlight_cpu_s: float | None = None
+    """CPU seconds a submission page may spend colouring its source before showing it as plain escaped text
+    (service/web/highlight.py); unset: HIGHLIGHT_CPU_S there, which says why. Raised only to measure."""
     sources_public_after: dt.datetime | None = None
     """The end of a competition (ISO 8601: `2026-12-31` or `2026-12-31T18:00:00+01:00`; no zone means UTC). Once it
     has passed, the source of every submission sent before it is public: on its page and through

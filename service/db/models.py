@@ -170,7 +170,8 @@ class JobAttempt(Base):
     ended_at: Mapped[dt.datetime | None]
     outcome: Mapped[str | None] = mapped_column(String(32))
     """"verdict", "retry" (system_error), "released" (shutdown), "crashed" (lease expired while running),
-    "expired" (lease expired before running: not blamed), "lost"."""
+    "expired" (lease expired before running: not blamed), "disk_full" (waits for space: service.queue.requeue),
+    "lost"."""
     # Device holds (migration 0006, service.worker.holds): null until the claim reached a device.
     device: Mapped[str | None] = mapped_column(String(200))
     """The device this claim executed on, as `host/device` with CUDA_VISIBLE_DEVICES resolved (one lane of the

@@ -7,6 +7,8 @@ Any API process answers the same numbers. A scrape while the database is away an
 
     judge_queue_jobs{task,state}                  jobs not yet done, by state (zeros included)
     judge_verdicts_total{task,status}             stored verdicts (final results), by status
+    judge_jobs_waiting{cause}                     queued jobs waiting for the host's lasting failure to pass
+                                                  (disk_full: the build disk; service.queue.requeue)
     judge_finish_outcomes_total{outcome}          verdict / retry / lost, as recorded by workers
     judge_stage_duration_seconds{stage}           histogram: compile, device_wait, execute, record
     judge_device_busy_seconds_total{host,device}  seconds a device spent executing candidates
@@ -38,6 +40,7 @@ from service.api.deps import DatabaseDep, SettingsDep
 from service.api.errors import responses
 from service.db.models import Job, VerdictRow, WorkerRow, utcnow
 from service.observability.stats import BUCKETS_S
+from service.queue import requeue
 from service.queue.states import FINAL, JobState
 
 router = APIRouter(tags=["health"])
@@ -67,6 +70,11 @@ def queue_families(session: Session) -> Iterable[Metric]:
                                            .group_by(VerdictRow.task_id, VerdictRow.status)):
         verdicts.add_metric([task, status.value], n)
     yield verdicts
+    waiting = GaugeMetricFamily("judge_jobs_waiting", "Queued jobs waiting for a cause of the host's to pass (the "
+                                "judge's full disk) before they are judged again", labels=["cause"])
+    for cause, n in sorted(requeue.waiting_now(session).items()):
+        waiting.add_metric([cause], n)
+    yield waiting
 
 
 def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:

@@ -22,7 +22,8 @@ kills workers is not retried forever, and a lost worker is never turned into a v
 outage longer than the lease lets the lease expire under a worker that is alive and still judging it.
 A lease that expired in `compiling` or `compiled` is reclaimed without blame: the candidate's code was not running. A
 `system_error` verdict is the judge's fault: the job is requeued with an exponential backoff until
-`max_attempts`, then the system_error is stored as final (both rules: `RetryPolicy`). A job its worker's
+`max_attempts`, then the system_error is stored as final (both rules: `RetryPolicy`); one whose cause lasts (the
+judge's full disk) waits for it instead, apart from those attempts (service.queue.requeue). A job its worker's
 watchdog released (`AttemptOutcome.STALLED`) is never blamed either, whatever phase it stalled in.
 """
 
@@ -42,7 +43,7 @@ from sandbox.needs import Capabilities
 from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
-from service.queue import capability, order, wakeup
+from service.queue import capability, order, requeue, wakeup
 from service.queue.states import ACTIVE, BLAMED, AttemptOutcome, JobState, Outcome
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class RetryPolicy:
     """Delay before the first retry; doubled for each later one."""
     max_worker_crashes: int = 2
     """Workers lost while the job's candidate was executing before a final system_error (`crash_loop`)."""
+    waits: requeue.Waits = requeue.Waits()
+    """A system_error of a lasting cause of the host's (a full disk) waits instead (service.queue.requeue), the
+    first wait `backoff_s`."""
 
     def retry_delay(self, system_errors: int) -> float | None:
         """Seconds to wait before judging again a job that has now had `system_errors` system_errors
@@ -234,13 +238,18 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
             if job is None:
                 return Outcome.LOST
             retryable = verdict.status is Status.SYSTEM_ERROR and not final
+            kind = requeue.cause(verdict) if retryable else None
+            if kind is not None:  # a lasting cause (the judge's full disk) waits, apart from the system_errors
+                wait, verdict = requeue.decide(session, job.id, verdict, kind, policy.waits, policy.backoff_s)
+                if wait is not None:
+                    _requeue(job, now, wait, verdict)
+                    _end_attempt(session, token, requeue.CAUSES[kind], now)
+                    return Outcome.RETRY
+                retryable = False
             delay = policy.retry_delay(job.system_errors + 1) if retryable else None
             if delay is not None:
                 job.system_errors += 1
-                job.state = JobState.QUEUED
-                job.not_before = now + dt.timedelta(seconds=delay)
-                job.last_error = verdict.diagnosis[:4000]
-                job.claim_token = job.worker_id = job.lease_expires_at = None
+                _requeue(job, now, delay, verdict)
                 _end_attempt(session, token, AttemptOutcome.RETRY, now)
                 log.warning("job %s: system_error (%d/%d), retry in %.0f s: %s", job.id, job.system_errors,
                             policy.max_attempts, delay, verdict.diagnosis[:200])
@@ -261,6 +270,15 @@ def finish(db: Database, token: str, verdict: Verdict, worker_id: str, policy: R
         log.error("job with token %s: a verdict already exists; discarding this one", token)
         return Outcome.LOST
     return Outcome.VERDICT
+
+
+def _requeue(job: Job, now: dt.datetime, delay: float, verdict: Verdict) -> None:
+    """Put a held job back in the queue, judged again after `delay` seconds; `verdict` (a system_error) is kept as
+    its last error."""
+    job.state = JobState.QUEUED
+    job.not_before = now + dt.timedelta(seconds=delay)
+    job.last_error = verdict.diagnosis[:4000]
+    job.claim_token = job.worker_id = job.lease_expires_at = None
 
 
 def verdict_row(submission_id: str, task_id: str, verdict: Verdict, worker_id: str | None) -> VerdictRow:

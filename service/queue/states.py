@@ -66,6 +66,9 @@ class AttemptOutcome(str, enum.Enum):
     STALLED = "stalled"
     """Its worker's watchdog saw the job make no progress for far longer than its phase's limit allows and gave
     it back (service.worker.watchdog): the worker was stuck, not the candidate. No blame."""
+    DISK_FULL = "disk_full"
+    """It failed because the judge's disk was full: requeued to wait for space, apart from the system_errors
+    (service.queue.requeue). No blame."""
     CRASHED = "crashed"
     """Its lease expired while the candidate was running (BLAMED): counted in `jobs.crashes`."""
     EXPIRED = "expired"

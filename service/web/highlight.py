@@ -11,12 +11,14 @@ HIGHLIGHT_CPU_S of this thread's CPU time, is shown as plain escaped text, still
 same table, so compile errors are still marked on their lines). The budget is checked between tokens: one
 token costs at most one scan of the text (about 1 ms at 256 KB), so a view costs at most the budget plus that,
 plus the plain rendering (linear). The figures are in docs/reliability.md
-(`python -m scripts.experiments.highlight_cost`).
+(`python -m scripts.experiments.highlight_cost`). A view whose client has left stops between two checks
+(`gone`, service/web/disconnect.py) instead of spending the rest of its budget for nobody.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from markupsafe import Markup
 from pygments import format as format_tokens
@@ -44,22 +46,39 @@ def _lexer_for(source: str) -> Lexer:
     return MarkdownLexer() if "```" in source else PythonLexer()
 
 
-def tokens_within(source: str, lexer: Lexer, cpu_s: float) -> list[Token] | None:
-    """The lexer's tokens for `source`, or None once lexing has used `cpu_s` of this thread's CPU time."""
+class Abandoned(Exception):
+    """The reader left (`gone()` answered True) while the source was being rendered: the work stopped there."""
+
+
+def _never() -> bool:
+    return False
+
+
+def tokens_within(source: str, lexer: Lexer, cpu_s: float, gone: Callable[[], bool] = _never) -> list[Token] | None:
+    """The lexer's tokens for `source`, or None once lexing has used `cpu_s` of this thread's CPU time. Raises
+    Abandoned as soon as `gone()` says nobody waits for them (asked with the CPU clock, every _CHECK_EVERY tokens)."""
     deadline = time.thread_time() + cpu_s
     tokens: list[Token] = []
     for token in lexer.get_tokens(source):
         tokens.append(token)
-        if len(tokens) % _CHECK_EVERY == 0 and time.thread_time() > deadline:
-            return None
+        if len(tokens) % _CHECK_EVERY == 0:
+            if time.thread_time() > deadline:
+                return None
+            if gone():
+                raise Abandoned
     return tokens
 
 
-def source_html(source: str, *, max_bytes: int = HIGHLIGHT_MAX_BYTES, cpu_s: float = HIGHLIGHT_CPU_S) -> Markup:
-    """The source as a numbered table of lines: highlighted where the budget allows, else plain escaped text."""
+def source_html(source: str, *, max_bytes: int = HIGHLIGHT_MAX_BYTES, cpu_s: float | None = None,
+                gone: Callable[[], bool] = _never) -> Markup:
+    """The source as a numbered table of lines: highlighted where the budget allows (`cpu_s`, None:
+    HIGHLIGHT_CPU_S), else plain escaped text. `gone`: whether the reader has left (service/web/disconnect.py);
+    once it has, Abandoned is raised instead of finishing the work."""
     tokens = None
     if len(source.encode("utf-8", "surrogatepass")) <= max_bytes:
-        tokens = tokens_within(source, _lexer_for(source), cpu_s)
+        tokens = tokens_within(source, _lexer_for(source), HIGHLIGHT_CPU_S if cpu_s is None else cpu_s, gone)
+    if gone():
+        raise Abandoned
     if tokens is None:
         tokens = list(TextLexer().get_tokens(source))
     return Markup(format_tokens(tokens, _FORMATTER))  # escaped token by token by Pygments

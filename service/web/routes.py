@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
@@ -28,12 +29,18 @@ from service.db.models import Submission
 from service.profiles import store as profile_store
 from service.queue import capability
 from service.web import batch, measured, plots
-from service.web.highlight import source_html
+from service.web.disconnect import ClientGone
+from service.web.highlight import Abandoned, source_html
 from service.web.render import BASELINES, baseline_order, page
+
+log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 PAGE_SIZE = 50
 """Ranked entries per page and GPU model."""
+CLIENT_GONE = 499
+"""The status of a page abandoned because its client left (nginx's "client closed request"): nobody reads it, but
+the access log says why the view ended."""
 
 router = APIRouter(include_in_schema=False)
 router.include_router(batch.router)  # /batches/{id}
@@ -140,11 +147,17 @@ def submission(request: Request, submission_id: str, session: ReadSessionDep, se
     found = profile_store.for_submission(session, submission_id) if not view.diagnostics_withheld else None
     profile_row = found[1] if found else None  # a profile names the source's kernels: withheld with it
     profile_data = Profile(**profile_row.profile) if profile_row is not None and profile_row.profile else None
+    try:  # the expensive step (issue 41): stopped when the visitor hangs up
+        html = None if source is None else source_html(source, cpu_s=settings.highlight_cpu_s,
+                                                       gone=ClientGone(request))
+    except Abandoned:
+        log.info("submission page %s: the client left; its rendering was stopped", submission_id)
+        return HTMLResponse("", status_code=CLIENT_GONE)
     return page(request, "submission.html", sub=view, verdict=verdict, failed_trial=failed, headers=view.shared_headers,
                 profile=profile_row, profile_data=profile_data,
                 profile_kernels=sorted(profile_data.kernels, key=lambda k: -(k.duration_ns or 0.0))
                 if profile_data else [],
-                source=source_html(source) if source is not None else None,
+                source=html,
                 source_lines=len(source.splitlines()) if source is not None else 0,
                 access=access.value, public_after=public_after,
                 publish_on=public_after if public_after is not None and row.created_at < public_after else None,

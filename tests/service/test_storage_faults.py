@@ -5,8 +5,8 @@ fails while it lasts; reads keep working; the first write that commits afterward
 The faults are the databases' own, on the app's real engine: SQLite's `max_page_count` at the file's current size
 (the engine then fails with SQLITE_FULL, "database or disk is full", as on a full disk) and `query_only`
 (SQLITE_READONLY, as for a read-only file); PostgreSQL's `default_transaction_read_only` (25006, as on a standby).
-PostgreSQL's disk_full (53100) cannot be caused here without filling a disk: its classification is tested on the
-driver's own exception. `serve` on a read-only directory (a read-only bind mount in a private mount namespace) or
+PostgreSQL's disk_full (53100) is caused for real: a database whose tablespace is a small tmpfs, filled until the
+server refuses a row. `serve` on a read-only directory (a read-only bind mount in a private mount namespace) or
 on a PostgreSQL that does not answer refuses to start with one line naming the database and the cause.
 """
 
@@ -17,17 +17,24 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from service.cli.exitcodes import ExitCode
+from service.core.config import Settings
 from service.db import storage
 from service.db.migrate import upgrade
-from tests.service.conftest import CORRECT_KL_DIV, ROOT
+from service.main import create_app
+from tests.service.conftest import ADMIN_KEY, CORRECT_KL_DIV, ROOT, new_key
+from tests.small_disk import free_bytes, small_disk
 
 SOURCE = CORRECT_KL_DIV.read_text() + "# padding to need new pages\n" * 4000
 """About 120 KB: more pages than the SQLite file has free."""
@@ -136,3 +143,82 @@ def test_serve_on_a_postgresql_that_does_not_answer_refuses_with_one_line_and_no
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "PostgreSQL 127.0.0.1:1/judge" in lines[0], done.stderr
     assert "s3cret" not in done.stderr
+
+
+PG_DISK_BYTES = 24 << 20
+"""The tablespace's disk: a fresh migrated database takes about 4 MB of it."""
+
+
+@pytest.fixture
+def pg_on_a_small_disk(pg_url: str) -> Iterator[tuple[str, Path]]:
+    """A migrated PostgreSQL database whose every file lives on a small real filesystem (a tmpfs as the tablespace
+    of the database), and that filesystem; all removed at the end. The server's WAL stays on its own disk, as on a
+    host whose data disk fills first."""
+    server = pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    name = f"kj_full_{uuid.uuid4().hex[:8]}"
+    where = Path(tempfile.mkdtemp(prefix="kj-pg-disk-"))
+    where.chmod(0o755)  # the server (user postgres) must reach the mount point
+    with small_disk(where, PG_DISK_BYTES, owner="postgres") as disk:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLESPACE {name} LOCATION '{disk}'")
+            conn.execute(f"CREATE DATABASE {name} TABLESPACE {name}")
+        url = pg_url.rsplit("/", 1)[0] + f"/{name}"
+        try:
+            upgrade(url)
+            yield url, disk
+        finally:
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                conn.execute(f"DROP TABLESPACE IF EXISTS {name}")
+    where.rmdir()
+
+
+def _fill_postgresql(url: str) -> int:
+    """Rows of incompressible text inserted into a table of the database until its disk refused one (53100)."""
+    rows = 0
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
+        conn.execute("CREATE TABLE filler (b text)")
+        conn.execute("ALTER TABLE filler ALTER COLUMN b SET STORAGE EXTERNAL")  # stored as is, never compressed
+        with pytest.raises(psycopg.errors.DiskFull):
+            while True:
+                conn.execute("INSERT INTO filler SELECT string_agg(md5(random()::text), '') "
+                             "FROM generate_series(1, 2000)")
+                rows += 1
+    return rows
+
+
+def _incompressible(n_bytes: int) -> str:
+    return "".join(f"# {os.urandom(32).hex()}\n" for _ in range(n_bytes // 67))
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_postgresql_disk_that_is_really_full_answers_507_and_loses_nothing(db_url, pg_on_a_small_disk, caplog):
+    url, disk = pg_on_a_small_disk
+    settings = Settings(database_url=url, admin_key=ADMIN_KEY, rate_limit_per_minute=6000, rate_limit_burst=1000)
+    with TestClient(create_app(settings)) as client:
+        auth = {"Authorization": f"Bearer {new_key(client.app.state.db, 'full')}"}
+        # Stored before the disk fills: each with a source that needs pages of its own.
+        sources = [CORRECT_KL_DIV.read_text() + _incompressible(60_000) for _ in range(3)]
+        stored = [client.post("/v1/submissions", json={"task": "kl_div", "source": s}, headers=auth) for s in sources]
+        assert [a.status_code for a in stored] == [202] * 3, [a.text for a in stored]
+        assert _fill_postgresql(url) > 0 and free_bytes(disk) < 64 << 10
+        with caplog.at_level(logging.ERROR, logger="service.db.session"):
+            refused = client.post("/v1/submissions", json={"task": "kl_div", "source": sources[0] + "# 4\n"},
+                                  headers=auth)
+        assert refused.status_code == 507, refused.text
+        assert refused.json()["storage_fault"] == "disk full" and "disk is full" in refused.json()["detail"]
+        assert any("refused a write" in r.getMessage() and "disk full" in r.getMessage() for r in caplog.records)
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["status"] == "disk full", ready.text
+        for answer, source in zip(stored, sources):  # nothing already stored is lost, and it still reads
+            got = client.get(f"/v1/submissions/{answer.json()['id']}/source", headers=auth)
+            assert got.status_code == 200 and got.json()["source"] == source
+
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
+            conn.execute("DROP TABLE filler")  # the operator frees space
+        again = client.post("/v1/submissions", json={"task": "kl_div", "source": sources[0] + "# 5\n"}, headers=auth)
+        assert again.status_code == 202, again.text
+        assert client.get("/readyz").status_code == 200
+        listed = client.get("/v1/submissions", headers=auth).json()
+    ids = {a.json()["id"] for a in stored} | {again.json()["id"]}
+    assert ids <= {s["id"] for s in listed["items"]}, listed
