@@ -87,7 +87,7 @@ def pack(build_key: str, build_dir: Path, *, log: str = "", seconds: float = 0.0
             raise ArtifactRefused("unpackable", f"the build directory holds a non-regular file at {rel}")
         data = path.read_bytes()
         files.append({"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                      "executable": bool(info.st_mode & stat.S_IXUSR)})
+                      "executable": bool(info.st_mode & stat.S_IXUSR), "mtime_ns": info.st_mtime_ns})
         blobs.append(data)
     manifest = json.dumps({"format": FORMAT, "build_key": build_key, "files": files, "log": log[:LOG_LIMIT],
                            "seconds": seconds}).encode()
@@ -118,8 +118,18 @@ def _safe_path(rel: object) -> PurePosixPath:
 
 
 @dataclass(frozen=True)
+class _File:
+    path: PurePosixPath
+    data: bytes
+    executable: bool
+    mtime_ns: int
+    """As the build left it: ninja's logs compare the times of outputs and inputs, and the execution child refuses
+    a build whose ninja would not be up to date (sandbox/build/no_build.py)."""
+
+
+@dataclass(frozen=True)
 class _Unpacked:
-    files: list[tuple[PurePosixPath, bytes, bool]]
+    files: list[_File]
     log: str
     seconds: float
 
@@ -143,15 +153,16 @@ def _read(blob: bytes, build_key: str) -> _Unpacked:
     files, offset, seen = [], _LENGTH_BYTES + length, set()
     for entry in entries:
         path = _safe_path(entry.get("path") if isinstance(entry, dict) else None)
-        size = entry.get("size")
-        if path in seen or not isinstance(size, int) or size < 0 or offset + size > len(raw):
+        size, mtime = entry.get("size"), entry.get("mtime_ns")
+        if (path in seen or not isinstance(size, int) or size < 0 or offset + size > len(raw)
+                or not isinstance(mtime, int) or mtime < 0):
             raise ArtifactRefused("corrupt", f"the manifest's entry for {path} does not match the bytes")
         data = raw[offset:offset + size]
         offset += size
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             raise ArtifactRefused("corrupt", f"{path}'s bytes do not match its digest in the manifest")
         seen.add(path)
-        files.append((path, data, bool(entry.get("executable"))))
+        files.append(_File(path, data, bool(entry.get("executable")), mtime))
     if offset != len(raw):
         raise ArtifactRefused("corrupt", "bytes past the last file the manifest names")
     log, seconds = manifest.get("log"), manifest.get("seconds")
@@ -159,20 +170,23 @@ def _read(blob: bytes, build_key: str) -> _Unpacked:
                      float(seconds) if isinstance(seconds, (int, float)) else 0.0)
 
 
-def _write(build_dir: Path, files: list[tuple[PurePosixPath, bytes, bool]]) -> None:
+def _write(build_dir: Path, files: list[_File]) -> None:
     """Write into a fresh, empty build directory: every directory made here, every file new (O_EXCL, no link
-    followed), so nothing the artifact names can reach outside it."""
-    for path, data, executable in files:
-        target = build_dir.joinpath(*path.parts)
+    followed), so nothing the artifact names can reach outside it; each file keeps its build-time mtime."""
+    for file in files:
+        target = build_dir.joinpath(*file.path.parts)
         parent = build_dir
-        for part in path.parts[:-1]:
+        for part in file.path.parts[:-1]:
             parent = parent / part
             if parent.is_symlink() or (parent.exists() and not parent.is_dir()):
-                raise ArtifactRefused("path", f"{path}: a component is not a directory")
+                raise ArtifactRefused("path", f"{file.path}: a component is not a directory")
             parent.mkdir(exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        with os.fdopen(os.open(target, flags, 0o755 if executable else 0o644), "wb") as fh:
-            fh.write(data)
+        fd = os.open(target, flags, 0o755 if file.executable else 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(file.data)
+            fh.flush()
+            os.utime(fh.fileno(), ns=(file.mtime_ns, file.mtime_ns))
 
 
 def installed(config: JudgeConfig, build_key: str, target: str) -> bool:

@@ -323,12 +323,12 @@ class Worker(Lifecycle, ProfileWork):
             if result.details.get("stall"):
                 self.publish()
             return
-        if self.stopping.is_set():
-            self._release(claim)
-            return
-        if self.role is Role.BUILD:
+        if self.role is Role.BUILD:  # published even while stopping: the build is done, and handing it on is cheap
             if handoff.publish(self, claim, result):
                 self.judged += 1
+            return
+        if self.stopping.is_set():
+            self._release(claim)
             return
         if not self._advance(claim, JobState.COMPILED, build_key=result.build_key,
                              compile_cached=result.compile_cached):

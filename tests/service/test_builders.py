@@ -159,11 +159,15 @@ def test_a_builder_and_a_run_worker_judge_the_cpu_corpus_through_artifacts(db, s
         assert job_of(db, subs[name]).artifact_sha256 is not None
     assert worker_stats(db, build.pid)["artifacts"] == {"published": 2}
     assert worker_stats(db, run.pid)["artifacts"] == {"installed": 2}
-    # Nothing compiled on the run worker: its build of the C++ candidate is the builder's, unpacked (no ninja log).
+    # The run worker executed the builder's build, unpacked in its own build root: its execution child found it
+    # built for the command line it runs (no `stale_build`: it was not built again there).
     correct = job_of(db, subs["kl_div_cpp_correct.py"]).build_key
-    ran_build = tmp_path / "runner" / "builds" / correct / "build"
-    assert any(ran_build.rglob("*.so")) and not any(ran_build.rglob(".ninja_log"))
-    assert not (tmp_path / "builder" / "builds").samefile(tmp_path / "runner" / "builds")
+    ran, built = (tmp_path / name / "builds" / correct / "build" for name in ("runner", "builder"))
+    assert sorted(p.name for p in ran.rglob("*.so")) == sorted(p.name for p in built.rglob("*.so")) != []
+    with db.transaction(read_only=True) as s:
+        verdict = s.scalars(select(VerdictRow.verdict).where(VerdictRow.submission_id == subs["kl_div_cpp_correct.py"]
+                                                             )).one()
+    assert "stale_build" not in verdict["details"]
 
 
 def builder_id(db: Database, pid: int) -> str:
