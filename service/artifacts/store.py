@@ -8,15 +8,16 @@ since the run worker checks the bytes against the job's digest wherever they com
 
 Content-addressed by the build key: equal candidates built by the same toolchain share one row. A builder that
 finds an intact row for its key (its bytes match its digest) reuses it; a row whose bytes no longer match is
-replaced. Rows are small and few per submission; `kernel-judge maintain` removes those no waiting job needs.
+replaced. `kernel-judge maintain` (and a worker's maintenance thread) removes those no waiting job needs (`prune`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -65,8 +66,15 @@ def get(db: Database, build_key: str) -> Stored | None:
         return None if row is None else Stored(row.sha256, bytes(row.data))
 
 
-def prune(session: Session) -> int:
-    """Remove the artifacts no unfinished job names; returns how many went."""
+PRUNE_AFTER = dt.timedelta(minutes=10)
+"""An artifact is kept at least this long: a builder stores it a moment before its job names it (`publish`)."""
+
+
+def prune(session: Session, *, dry_run: bool = False) -> int:
+    """Remove the artifacts older than PRUNE_AFTER that no unfinished job names; returns how many (would) go. A run
+    worker that finds one gone builds the candidate itself."""
     needed = select(Job.build_key).where(Job.state.not_in(FINAL), Job.build_key.is_not(None))
-    result = session.execute(delete(ArtifactRow).where(ArtifactRow.build_key.not_in(needed)))
-    return result.rowcount or 0
+    gone = (ArtifactRow.build_key.not_in(needed)) & (ArtifactRow.created_at < utcnow() - PRUNE_AFTER)
+    if dry_run:
+        return session.scalar(select(func.count()).select_from(ArtifactRow).where(gone)) or 0
+    return session.execute(delete(ArtifactRow).where(gone)).rowcount or 0

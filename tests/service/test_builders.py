@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,11 @@ def test_a_builder_and_a_run_worker_judge_the_cpu_corpus_through_artifacts(db, s
     assert "stale_build" not in verdict["details"]
 
 
+def registered_pid(db: Database, pid: int) -> bool:
+    with db.transaction(read_only=True) as s:
+        return s.scalar(select(WorkerRow.id).where(WorkerRow.pid == pid)) is not None
+
+
 def builder_id(db: Database, pid: int) -> str:
     with db.transaction(read_only=True) as s:
         return s.scalars(select(WorkerRow.id).where(WorkerRow.pid == pid)).one()
@@ -186,6 +192,9 @@ def test_a_builder_killed_mid_build_loses_nothing(db, spawn, judge_dirs, tmp_pat
              "the build to start")
     first.kill9()
     second = builder(spawn, tmp_path, "b2")
+    # The run worker comes once the second builder is alive, so the job is the builders' (a run worker with no
+    # builder alive would build it itself, which is the next rule, not this test's).
+    wait_for(lambda: registered_pid(db, second.pid), 120, "the second builder to register")
     run = run_worker(spawn, judge_dirs, tmp_path)
     wait_for(lambda: status_of(db, sub), 800, "the verdict")
     assert status_of(db, sub) == "correct"
@@ -228,3 +237,23 @@ def test_a_tampered_artifact_is_refused_and_the_verdict_is_the_candidates(db, sp
     with db.transaction(read_only=True) as s:
         verdict = s.scalars(select(VerdictRow.verdict).where(VerdictRow.submission_id == sub)).one()
     assert json.dumps(verdict).count("not the candidate") == 0
+
+
+def test_prune_removes_old_artifacts_no_waiting_job_names(db):
+    sub = submit(db, CPU / "kl_div_wrong_direction.py", "prune")
+    (held,) = q.claim(db, "builder", 1, lease_s=60, stage=Stage.BUILD)
+    needed, stale, fresh = (f"{word}{uuid.uuid4().hex}".ljust(64, "0") for word in ("needed", "stale", "fresh"))
+    for key in (needed, stale, fresh):
+        store.put(db, key, key.encode(), "builder")
+    assert q.publish(db, held.token, needed, store.digest(needed.encode()), compile_cached=False)
+    old = store.utcnow() - store.PRUNE_AFTER * 2
+    with db.transaction() as s:  # (the PostgreSQL database is the session's: only this test's rows are aged)
+        s.execute(update(ArtifactRow).where(ArtifactRow.build_key.in_([needed, stale])).values(created_at=old))
+    with db.transaction() as s:
+        would = store.prune(s, dry_run=True)
+    assert store.get(db, stale) is not None and would >= 1
+    with db.transaction() as s:
+        assert store.prune(s) == would
+    assert store.get(db, stale) is None
+    assert store.get(db, needed) is not None and store.get(db, fresh) is not None
+    assert job_of(db, sub).build_key == needed
