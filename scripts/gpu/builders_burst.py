@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import signal
 import statistics
@@ -228,7 +229,7 @@ def account(db: Database, url: str, label: str, builders: int, cands: list[dict]
     return {"label": label, "builders": builders, "count": len(rows), "done": len(latencies),
             "last_verdict_s": (end - burst_at).total_seconds(),
             "p50_latency_s": statistics.median(latencies) if latencies else None,
-            "p90_latency_s": latencies[int(0.9 * (len(latencies) - 1))] if latencies else None,
+            "p90_latency_s": latencies[math.ceil(0.9 * len(latencies)) - 1] if latencies else None,  # nearest rank
             "gpu_busy_stage": holds["busy_fraction_stage"], "gpu_busy_burst": holds["busy_fraction_burst"],
             "device_s_per_candidate": holds["device_s_per_candidate"], "overlaps": holds["overlaps"],
             "verdicts": dict(Counter(r["status"] or "none" for r in rows)),
