@@ -59,7 +59,11 @@ CLOCK_CALIBRATION_REPS = 50
 """Empty calls the child times to learn its clocks' own overhead (synchronise + timestamp)."""
 EMPTY_CALLS = 10
 """Timed round trips of an empty batch before the candidate is loaded: what a round trip costs the parent's
-clock beyond the calls themselves (the timing bound subtracts it)."""
+clock beyond the calls themselves (the timing bound subtracts it). On the CPU: a loaded host's round trips vary."""
+GPU_EMPTY_CALLS = 4
+"""The same on a GPU, where an empty batch's round trip varies by a few per cent (H200, 2026-11-28) but costs the
+device what a real batch's making does (kl_div: its lead and three sets of inputs, ~35 ms): ten of them made a
+spare's calibration 0.5 s, which the next candidate's timing stage waited for (the device gate), 0.5 s of its hold."""
 WARMUP_BATCHES = 1
 """Batches run, checked, and not counted: first-call costs (lazy initialisation, caches, JIT)."""
 MIN_BATCHES = 4
@@ -415,7 +419,8 @@ class Execution:
                             msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
         assert isinstance(clock, msg.CalibrateReply)
         pool, size = self.timing_distributions(), self.batch_size()
-        empty = tuple(self.timed_batch(i, self.draw(pool, size), empty=True) for i in range(EMPTY_CALLS))
+        count = GPU_EMPTY_CALLS if self.is_cuda else EMPTY_CALLS
+        empty = tuple(self.timed_batch(i, self.draw(pool, size), empty=True) for i in range(count))
         self.calibration = Calibration(empty_calls=empty, flush_ms=clock.flush_ms, lead_ms=clock.lead_ms,
                                        make_host_ms=clock.make_host_ms)
 
@@ -648,10 +653,13 @@ class Execution:
     def trial(self, index: int, shape: tuple[int, ...], distribution: str, *, extra: bool = False,
               seed: int | None = None) -> TrialResult:
         seed = secrets.randbits(62) if seed is None else seed
-        truth = self.call_truth(shape, distribution, seed)
         step = f"{'extra shape' if extra else 'trial'} {index} ({distribution}, shape {list(shape)})"
-        reply, raw = self.ask(msg.Trial(shape=list(shape), distribution=distribution, seed=seed), self.trial_reply,
-                              step, self.config.call_timeout_s)
+        assert self.session is not None
+        # The child makes its inputs and runs the candidate while the parent computes its own truth: a trial is not
+        # timed, so the two may share the device, and the device is held for the longer of them, not their sum.
+        self.session.send(msg.Trial(shape=list(shape), distribution=distribution, seed=seed).model_dump())
+        truth = self.call_truth(shape, distribution, seed)
+        reply, raw = self.read(self.session.receive(self.config.call_timeout_s), self.trial_reply, step)
         base = {"trial": index, "distribution": distribution, "shape": list(shape), "seed": seed}
         if reply.rejected_output:
             return TrialResult(**base, passed=False, message=reply.rejected_output)

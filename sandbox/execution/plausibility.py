@@ -100,7 +100,7 @@ through the call anyway) and 0.04-0.12 ms on the host-bound cross_entropy calls 
 
 MIN_WINDOW_FRACTION = 0.43
 """On a GPU, the median claim per call must be at least this share of the median wall window per call less the
-empty batch's (`details.timing`: `windows_ms`, `empty_call_window_ms`, the smallest of EMPTY_CALLS). Honest
+empty batch's (`details.timing`: `windows_ms`, `empty_call_window_ms`, the smallest of EMPTY_CALLS or GPU_EMPTY_CALLS). Honest
 ratios on H100s, over every correct verdict whose details carry both (claim / (window - empty), medians):
 0.69-0.98 in the acceptance of 2026-11-26 (docs/results/verdicts-h100-2026-11-26.json, 18 forward kernels and 4
 training steps; per batch 0.66-0.98), and down to 0.54 over 79 forward verdicts of the nine H100 runs of

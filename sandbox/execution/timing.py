@@ -65,13 +65,14 @@ _Event = torch.cuda.Event
 _elapsed_time = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 
-METHOD_VERSION = 7
+METHOD_VERSION = 8
 """Bumped whenever the way calls are timed changes: cached baselines from another method are re-measured.
 3: every call stands alone between device-wide synchronisations (was: a batch of events).
 4: batches of calls queued back to back, each behind its own flush; a batch's mean is its claim.
 5: a lead of queued flushes before each batch's first call.
 6: the clock makes its device current (baselines of cuda:N, N > 0, had been timed on cuda:0's stream).
-7: the lead before every call of a batch, not only the first (a call's inputs are made in the batch, after its lead)."""
+7: the lead before every call of a batch, not only the first (a call's inputs are made in the batch, after its lead).
+8: the lead also covers the host's queueing of the calls themselves (`LEAD_CALL_HOST_MS`)."""
 L2_FLUSH_BYTES = 256 << 20
 """Larger than any current L2 (50 MB on H100, 60 MB on H200): zeroing it evicts the inputs."""
 CPU_FLUSH_BYTES = 16 << 20
@@ -95,17 +96,24 @@ FLUSH_CALIBRATION_RUN = 20
 """Flushes timed back to back at calibration, the way the lead queues them: a flush between two events of its own read
 0.085 ms on an H100, one of a queued run 0.075 ms (2026-11-28); the parent counts the lead's flushes at this figure."""
 
+LEAD_CALL_HOST_MS = 0.5
+"""What the lead allows the host per call beyond queueing its inputs' making: queueing the call itself (the candidate's
+launches, its events, a flush). Without it the host fell behind short calls inside their own events: honest
+cross_entropy_fast (8 calls of 0.14 ms a batch) ranked +1.2-3.7% over the judge before issue 39 on an H200, and with
+a 12 ms lead +0% (2026-11-28, four repeats each)."""
+
 MAX_LEAD_MS = 12.0
 """The longest lead: a host that needs longer to queue a batch's inputs is not a judging host."""
 
 
 def lead_flushes(lead_ms: float, make_host_ms: float, calls: int, flush_ms: float) -> int:
     """The flushes ahead of a batch of `calls` calls: `lead_ms` of them, or LEAD_MAKE_FACTOR times the host's time to
-    queue the making of all their inputs, capped at MAX_LEAD_MS; 0 where the lead is off. The child queues them, the
-    parent counts them as the judge's own device work (both compute this from the calibration)."""
+    queue the making of all their inputs and the calls (LEAD_CALL_HOST_MS each), capped at MAX_LEAD_MS; 0 where the
+    lead is off. The child queues them, the parent counts them as the judge's own device work (both compute this from
+    the calibration)."""
     if lead_ms <= 0 or flush_ms <= 0:
         return 0
-    lead = min(max(lead_ms, LEAD_MAKE_FACTOR * calls * make_host_ms), MAX_LEAD_MS)
+    lead = min(max(lead_ms, LEAD_MAKE_FACTOR * calls * (make_host_ms + LEAD_CALL_HOST_MS)), MAX_LEAD_MS)
     return math.ceil(lead / flush_ms)
 
 

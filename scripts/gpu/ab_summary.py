@@ -1,6 +1,7 @@
 """Summary of an alternating old/new judge run (scripts/gpu/ab_judges.sh): per judge and repeated file, the ranked
 medians, the device hold and the child's start stage, each as median and range over every repeat of every round,
-and the new judge's difference from the old in %.
+and the new judge's difference from the old in %. Then where each judge's device hold went: the stages of every first
+judging (verdicts.json: both judges write it), per file, as medians over the rounds.
 
     python3 -m scripts.gpu.ab_summary OUT
 """
@@ -44,6 +45,32 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.median(values):.4g} ({min(values):.4g}-{max(values):.4g}, n={len(values)})"
 
 
+HELD_STAGES = ("load", "correctness", "timing", "extra_shapes")
+"""The stages inside a candidate's device hold (sandbox/execution/run.py); the rest of the hold is the child's end."""
+
+
+def stage_rows(out: Path) -> list[str]:
+    """Per file and judge: the hold and its stages in seconds, medians over the rounds' first judgings."""
+    seen: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for run in sorted(p for p in out.iterdir() if p.is_dir() and "-" in p.name and (p / "verdicts.json").exists()):
+        judge = run.name.split("-", 1)[1]
+        for name, verdict in json.loads((run / "verdicts.json").read_text()).items():
+            held = (verdict.get("details") or {}).get("cost", {}).get("device_held_s")
+            if held is None:
+                continue
+            row = seen.setdefault((Path(name).name, judge), {})
+            row.setdefault("held", []).append(held)
+            for stage in HELD_STAGES:
+                row.setdefault(stage, []).append(verdict.get("stages", {}).get(stage, 0.0))
+    lines = ["| file | judge | held s | " + " | ".join(HELD_STAGES) + " | rest |", "|---" * (len(HELD_STAGES) + 4) + "|"]
+    for (name, judge), row in sorted(seen.items()):
+        medians = {k: statistics.median(v) for k, v in row.items()}
+        rest = medians["held"] - sum(medians[s] for s in HELD_STAGES)
+        lines.append(f"| {name} | {judge} | {medians['held']:.3f} | "
+                     + " | ".join(f"{medians[s]:.3f}" for s in HELD_STAGES) + f" | {rest:.3f} |")
+    return lines
+
+
 def main() -> int:
     found = collect(Path(sys.argv[1]))
     print("| file | measure | old: median (range, n) | new: median (range, n) | new vs old |")
@@ -56,6 +83,8 @@ def main() -> int:
                 continue
             diff = (f"{100 * (statistics.median(new) / statistics.median(old) - 1):+.2f}%" if old else "-")
             print(f"| {name} | {measure} | {_cell(old) if old else '-'} | {_cell(new)} | {diff} |")
+    print()
+    print("\n".join(stage_rows(Path(sys.argv[1]))))
     return 0
 
 

@@ -147,7 +147,7 @@ def main() -> int:
             continue
         path = matches[0]
         speedups: dict[str, list[float]] = {}
-        medians, held, starts = [], [], []
+        medians, held, starts, stages = [], [], [], []
         for _ in range(args.repeat):
             v = judge(prepared[path], replace(config, check_extra_shapes=False))
             if v.performance is None:
@@ -156,7 +156,8 @@ def main() -> int:
             medians.append(v.performance.candidate.median_ms)
             held.append(v.details.get("cost", {}).get("device_held_s") or float("nan"))
             starts.append(v.stages.get("start", float("nan")))
-            repeats[name] = {"median_ms": medians, "held_s": held, "start_s": starts}
+            stages.append(v.stages)  # where the device hold went, stage by stage (an a/b of two judges reads it)
+            repeats[name] = {"median_ms": medians, "held_s": held, "start_s": starts, "stages": stages}
             for k, s in v.performance.speedups.items():
                 speedups.setdefault(k, []).append(s)
         if medians:

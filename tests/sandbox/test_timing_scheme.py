@@ -385,7 +385,8 @@ def test_a_gpu_batch_queues_its_lead_and_its_inputs_before_the_first_call_and_ti
     host clock's share with the calls' own flushes."""
     log: list = []
     clock = _gpu_clock(monkeypatch, log, lead_ms=0.5)
-    assert clock.flush_ms == pytest.approx(0.09) and clock.lead_flushes == 6, "ceil(0.5 / 0.09) whole flushes"
+    least = max(0.5, timing.LEAD_MAKE_FACTOR * timing.LEAD_CALL_HOST_MS)  # one call, no making learnt
+    assert clock.flush_ms == pytest.approx(0.09) and clock.lead_flushes == math.ceil(least / 0.09), "whole flushes"
     calls = [timing.Call(lambda i=i: log.append(f"make {i}") or [], lambda inputs, i=i: log.append(f"call {i}"))
              for i in range(3)]
     batch = timing.time_cuda_batch(clock, calls)
@@ -430,11 +431,16 @@ def test_the_lead_can_be_turned_off_to_measure_what_it_changes(monkeypatch) -> N
 
 
 def test_the_lead_covers_the_hosts_queueing_of_the_batch_s_inputs() -> None:
-    """Where making the batch's inputs takes the host longer to queue than LEAD_MS, the lead is LEAD_MAKE_FACTOR times
-    that for all its calls (the device then never waits for the host inside the span it reports), capped at
-    MAX_LEAD_MS. The parent counts the same flushes as the judge's own work (timing.lead_flushes)."""
-    assert timing.lead_flushes(0.5, 0.1, 1, 0.09) == 6
-    assert timing.lead_flushes(0.5, 0.5, 8, 0.09) == math.ceil(timing.LEAD_MAKE_FACTOR * 8 * 0.5 / 0.09)
+    """Where queueing the batch (its inputs' making and its calls, LEAD_CALL_HOST_MS each) takes the host longer than
+    LEAD_MS, the lead is LEAD_MAKE_FACTOR times that for all its calls (the device then never waits for the host inside
+    the spans and the calls' events it reports), capped at MAX_LEAD_MS. The parent counts the same flushes as the
+    judge's own work (timing.lead_flushes)."""
+    per_call = timing.LEAD_CALL_HOST_MS
+    assert timing.lead_flushes(100.0, 0.1, 1, 0.09) == math.ceil(timing.MAX_LEAD_MS / 0.09)
+    assert timing.lead_flushes(0.5, 0.0, 1, 0.09) == math.ceil(max(0.5, timing.LEAD_MAKE_FACTOR * per_call) / 0.09)
+    assert timing.lead_flushes(0.5, 0.5, 8, 0.09) == math.ceil(
+        min(timing.LEAD_MAKE_FACTOR * 8 * (0.5 + per_call), timing.MAX_LEAD_MS) / 0.09)
+    assert timing.lead_flushes(0.5, 0.1, 3, 0.09) > timing.lead_flushes(0.5, 0.1, 1, 0.09)
     assert timing.lead_flushes(0.5, 100.0, 3, 0.09) == math.ceil(timing.MAX_LEAD_MS / 0.09)
     assert timing.lead_flushes(0.0, 1.0, 3, 0.09) == 0
 
