@@ -257,3 +257,14 @@ def test_prune_removes_old_artifacts_no_waiting_job_names(db):
     assert store.get(db, stale) is None
     assert store.get(db, needed) is not None and store.get(db, fresh) is not None
     assert job_of(db, sub).build_key == needed
+
+
+def test_an_unknown_role_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from service.cli.main import app
+
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'never.db'}")
+    result = CliRunner().invoke(app, ["worker", "--role", "builder", "--no-migrate"])
+    assert result.exit_code == 2 and "--role must be one of all, build, run" in result.output
+    assert not (tmp_path / "never.db").exists()
