@@ -95,13 +95,7 @@ def _compile(task: Task, raw_source: str, source: str, code_sha256: str, target:
     """`prepare`'s compile stage: the key's stored build, or a fresh one; a rejection's verdict, or the candidate.
     `common`: the stages so far and the imports, which every verdict from here carries."""
     stages = common["stages"]
-    chain = compiler.toolchain(target)
-    if config.isolation in ("unshare", "none"):
-        # ninja records the paths a build ran at: /build under bubblewrap, the host's directory under the weaker
-        # mechanisms. A build made under one is not up to date under the other, and the execution child never
-        # builds (sandbox/child/no_build.py), so the two must not share a build.
-        chain += f"; built at host paths ({config.isolation})"
-    key = compiler.build_key(source, chain, compiler.build_inputs(target, _build_env(task, target)))
+    chain, key = key_of(task, source, target, config)
     paths = compiler.KeyPaths.of(config.build_root, key)
     with timed(stages, "compile"):
         try:
@@ -124,6 +118,18 @@ def _compile(task: Task, raw_source: str, source: str, code_sha256: str, target:
                              build_dir=paths.build, source_path=paths.source, toolchain=chain, target=target,
                              imports=common["imports"], stages=stages, compile_log=log, compile_cached=result.cached,
                              build_id=result.build_id, build_advice=build_advice.advice(result.log, result.seconds))
+
+
+def key_of(task: Task, source: str, target: str, config: JudgeConfig) -> tuple[str, str]:
+    """The toolchain string and the build key of the extracted `source` built for `target` on this host: what
+    `prepare` builds under, and what a build made elsewhere must match to be used here (sandbox/artifacts.py)."""
+    chain = compiler.toolchain(target)
+    if config.isolation in ("unshare", "none"):
+        # ninja records the paths a build ran at: /build under bubblewrap, the host's directory under the weaker
+        # mechanisms. A build made under one is not up to date under the other, and the execution child never
+        # builds (sandbox/child/no_build.py), so the two must not share a build.
+        chain += f"; built at host paths ({config.isolation})"
+    return chain, compiler.build_key(source, chain, compiler.build_inputs(target, _build_env(task, target)))
 
 
 def _build_env(task: Task, target: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@1
 # background: minutes of g++ per flag set beside the tests' own builds. Each candidate builds the header of its
 # flags on first need, as before; tests/web/test_shared_headers.py turns the background build on.
 os.environ.setdefault("JUDGE_WARM_HEADERS", "off")
-TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "batches", "api_keys", "workers")
+TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "batches", "api_keys", "workers", "artifacts")
 SLOW_FIXTURES = frozenset({
     "db_url",  # a freshly migrated database per test, on SQLite and on the PostgreSQL server
     "judge_root",  # the shared build and baseline caches: every user builds candidates or runs the judge's children

@@ -94,3 +94,16 @@ def test_env_example_names_the_no_registry_settings_and_they_build_from_make_bas
     assert built(offline)["kernel-judge-postgres:15"] == {"kernel-judge-base:bookworm"}
     header = (ROOT / "docker-compose.yml").read_text().split("\n\n", 1)[0]
     assert "JUDGE_BASE=kernel-judge-base:bookworm" in header and "nothing else set" in header
+
+
+def test_the_builder_builds_for_the_gpu_worker_without_a_gpu_and_with_its_own_cache():
+    from service.core.config import Settings
+
+    services = stack(SECRETS)
+    builder, gpu = services["builder"], services["worker-gpu"]
+    assert "deploy" not in builder and builder["profiles"] == ["builders"]  # no device reservation
+    assert builder["command"][-2:] == ["--role", "build"] and builder["environment"]["JUDGE_ROLE"] == "build"
+    Settings(role=builder["environment"]["JUDGE_ROLE"], build_target=builder["environment"]["JUDGE_BUILD_TARGET"])
+    # The build key holds the architectures: the builder's must be the GPU worker's.
+    assert builder["environment"]["TORCH_CUDA_ARCH_LIST"] == gpu["environment"]["TORCH_CUDA_ARCH_LIST"]
+    assert builder["volumes"] == ["/data"] and "judge-cache:/data" in gpu["volumes"]  # nothing shared on disk

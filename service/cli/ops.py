@@ -26,6 +26,9 @@ LeaseS = Annotated[float | None, typer.Option(help="Job lease in seconds (JUDGE_
 PollS = Annotated[float | None, typer.Option(help="Idle poll interval in seconds (JUDGE_POLL_S).")]
 Mode = Annotated[JudgeMode | None, typer.Option(
     help="sandbox (default) or compile-only (load tests: candidates are not run).")]
+RoleOption = Annotated[str | None, typer.Option(
+    "--role", help="all (build and run, the default), build (only build and publish artifacts: a CPU node) or run "
+    "(run what builders built; build itself while no builder is alive). JUDGE_ROLE.")]
 
 
 def _settings(**overrides: object) -> Settings:
@@ -125,24 +128,30 @@ def serve(host: Annotated[str, typer.Option(help="Interface to listen on.")] = "
 
 
 def worker(devices: Devices = None, compile_workers: CompileWorkers = None, lease_s: LeaseS = None,
-           poll_s: PollS = None, mode: Mode = None,
+           poll_s: PollS = None, mode: Mode = None, role: RoleOption = None,
            max_jobs: Annotated[int | None, typer.Option(help="Exit after this many verdicts.")] = None,
            no_migrate: Annotated[bool, typer.Option("--no-migrate", help="Do not run migrations at start.")] = False,
            ) -> None:
     """Claim and judge jobs from DATABASE_URL (any machine, any GPUs)."""
     from service.db.session import Database
     from service.worker.judging import make_judge
+    from service.worker.roles import Role
     from service.worker.runner import Worker
 
     _logging()
-    settings = _settings(devices=devices, compile_workers=compile_workers, lease_s=lease_s, poll_s=poll_s, mode=mode)
+    if role is not None and role not in {r.value for r in Role}:
+        typer.echo(f"error: --role must be one of all, build, run (not {role!r})", err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    settings = _settings(devices=devices, compile_workers=compile_workers, lease_s=lease_s, poll_s=poll_s, mode=mode,
+                         role=role)
     _require_isolation(settings)
     if not no_migrate:
         _prepare_db(settings)
     if settings.mode is not JudgeMode.SANDBOX:
         logging.getLogger("service.worker").warning(
             "JUDGE MODE %s: candidates are NOT run; for load-testing the service only", settings.mode.value)
-    runner = Worker(Database(settings.db_url), settings, make_judge(settings), settings.device_list())
+    runner = Worker(Database(settings.db_url), settings, make_judge(settings), settings.device_list(),
+                    role=Role(settings.role))
     runner.install_signal_handlers()
     runner.run(max_jobs=max_jobs)
 

@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     """What a worker says it can judge, instead of what it finds (sandbox/needs.py): "gpu" and kernel language ids,
     comma-separated, e.g. "gpu,cuda,triton". Unset: "gpu" when its devices are GPUs, and the languages installed.
     Only for a worker whose judge is known to differ from its devices (a test of the claim rules)."""
+    role: str = Field(default="all", pattern="^(all|build|run)$")
+    """What `kernel-judge worker` does (service/worker/roles.py): "all" builds and runs (the default, and `serve`'s
+    worker); "build" only builds and publishes artifacts (a CPU node, no GPU); "run" runs what builders built, and
+    builds itself only while no builder is alive. `--role` overrides it."""
+    build_target: str | None = Field(default=None, pattern="^(cpu|cuda)$")
+    """What a worker builds for: "cuda" or "cpu". Unset: its devices' kind. A builder on a CPU node that builds for
+    GPU workers sets "cuda", and TORCH_CUDA_ARCH_LIST to the GPUs' architectures (part of the build key, which the
+    run worker derives itself: both must agree, or the run worker builds again)."""
     compile_workers: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2))
     """Parallel sandbox.prepare calls (compilation is CPU-bound) per worker process."""
     lease_s: float = 120.0

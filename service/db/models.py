@@ -16,8 +16,8 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text,
-                        UniqueConstraint, event, false, text)
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, LargeBinary,
+                        String, Text, UniqueConstraint, event, false, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from sandbox.verdict import Status
@@ -155,6 +155,10 @@ class Job(Base):
     language: Mapped[str | None] = mapped_column(String(32))
     """The optional kernel language it is written in (sandbox/languages.py id), which its worker must have; null:
     torch and its extension builder only, which every worker has."""
+    artifact_sha256: Mapped[str | None] = mapped_column(String(64))
+    """sha256 of the build artifact its builder published (migration 0013, service/artifacts), with `build_key`
+    naming it in `artifacts`: set, the job is in the run stage (service.queue.states.Stage); null, the build stage.
+    The run worker loads only an artifact with exactly these bytes."""
 
     submission: Mapped[Submission] = relationship(back_populates="job")
 
@@ -274,6 +278,26 @@ class WorkerRow(Base):
     judges: Mapped[list[Any] | None] = mapped_column(JSON)
     """What it can judge (migration 0012, sandbox/needs.py `Capabilities.words`): "gpu" if it has one, and the
     kernel languages installed there. Null for a worker of an older version."""
+    role: Mapped[str | None] = mapped_column(String(16))
+    """"build", "run" or "all" (migration 0013, service/worker/roles.py); null for a worker of an older version,
+    which builds and runs (all). Run workers read the builders' rows to know whether any is alive."""
+
+
+class ArtifactRow(Base):
+    """A builder's published build (migration 0013, service/artifacts): the candidate's build directory packed
+    and compressed (sandbox/artifacts.py), content-addressed by its build key. Kept in the database because both
+    roles reach it already and an artifact is a few MB (the CPU corpus's: under 1 MB; a CUDA extension's .so a few
+    MB); artifacts of hundreds of MB would belong in an object store, with this row keeping the digest."""
+
+    __tablename__ = "artifacts"
+
+    build_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    """sha256 of `data` as the builder published it; each job also records the digest it was built with."""
+    size: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    builder: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class ProfileRow(Base):

@@ -2,7 +2,7 @@
 
 `run_maintenance(settings)` is the one entry point (for `kernel-judge` and for workers); the modules
 below do one job each: `build_cache` (LRU eviction by size), `artifacts` (leftover run directories,
-old job-attempt rows).
+old job-attempt rows); builders' stored artifacts no waiting job needs go by service.artifacts.store.prune.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from sandbox.config import JudgeConfig
+from service.artifacts import store
 from service.core.config import Settings
 from service.db.session import Database
 from service.maintenance.artifacts import prune_artifacts
@@ -31,6 +32,8 @@ def run_maintenance(settings: Settings, *, max_bytes: int | None = None, older_t
         if limit is not None:
             report["builds"] = asdict(evict_builds(db, config.build_root, limit, dry_run=dry_run))
         report["artifacts"] = asdict(prune_artifacts(db, config.build_root.parent / "runs", days, dry_run=dry_run))
+        with db.transaction() as session:  # builders' artifacts (service/artifacts) no waiting job needs
+            report["stored_artifacts_removed"] = store.prune(session, dry_run=dry_run)
         return report
     finally:
         if own:

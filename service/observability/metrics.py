@@ -41,7 +41,7 @@ from service.api.errors import responses
 from service.db.models import Job, VerdictRow, WorkerRow, utcnow
 from service.observability.stats import BUCKETS_S
 from service.queue import requeue
-from service.queue.states import FINAL, JobState
+from service.queue.states import FINAL, JobState, Stage
 
 router = APIRouter(tags=["health"])
 
@@ -65,6 +65,7 @@ def queue_families(session: Session) -> Iterable[Metric]:
             if state not in FINAL:
                 depth.add_metric([task, state.value], counts.get((task, state), 0))
     yield depth
+    yield _stage_backlog(session)
     verdicts = CounterMetricFamily("judge_verdicts", "Stored verdicts by task and status", labels=["task", "status"])
     for task, status, n in session.execute(select(VerdictRow.task_id, VerdictRow.status, func.count())
                                            .group_by(VerdictRow.task_id, VerdictRow.status)):
@@ -77,6 +78,19 @@ def queue_families(session: Session) -> Iterable[Metric]:
     yield waiting
 
 
+def _stage_backlog(session: Session) -> Metric:
+    """Queued jobs per stage (service.queue.states.Stage): the build backlog is what builders are scaled on
+    (deploy/k8s/base/builder.yaml), the run backlog what GPU workers are."""
+    backlog = GaugeMetricFamily("judge_stage_backlog_jobs", "Queued jobs waiting for a claim, by stage: build (no "
+                                "artifact yet) or run (built by a builder)", labels=["stage"])
+    built = Job.artifact_sha256.is_not(None)
+    query = select(built, func.count()).where(Job.state == JobState.QUEUED).group_by(built)
+    counts = dict(session.execute(query).all())
+    backlog.add_metric([Stage.BUILD.value], counts.get(False, 0))
+    backlog.add_metric([Stage.RUN.value], counts.get(True, 0))
+    return backlog
+
+
 def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:
     rows = session.scalars(select(WorkerRow)).all()
     now = utcnow()
@@ -84,6 +98,7 @@ def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:
     busy: dict[tuple[str, str], float] = defaultdict(float)
     outcomes: dict[str, int] = defaultdict(int)
     stalls: dict[str, int] = defaultdict(int)
+    artifact_events: dict[str, int] = defaultdict(int)
     seen = GaugeMetricFamily("judge_worker_last_seen_timestamp_seconds", "Last heartbeat of a worker (unix time)",
                              labels=["worker"])
     up = GaugeMetricFamily("judge_worker_up", "1 while a worker heartbeats within two leases and has not stopped",
@@ -104,6 +119,8 @@ def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:
             outcomes[outcome] += n
         for phase, n in (stats.get("stalls") or {}).items():
             stalls[phase] += n
+        for event, n in (stats.get("artifacts") or {}).items():
+            artifact_events[event] += n
         if now - row.last_seen_at <= WORKER_SERIES_WINDOW:
             alive = row.stopped_at is None and (now - row.last_seen_at).total_seconds() <= 2 * lease_s
             seen.add_metric([row.id], _epoch(row.last_seen_at))
@@ -126,16 +143,21 @@ def worker_families(session: Session, lease_s: float) -> Iterable[Metric]:
     for (host, name), seconds in sorted(busy.items()):
         device.add_metric([host, name], seconds)
     yield device
-    finished = CounterMetricFamily("judge_finish_outcomes", "Results recorded by workers: verdict, retry, lost",
-                                   labels=["outcome"])
-    for outcome, n in sorted(outcomes.items()):
-        finished.add_metric([outcome], n)
-    yield finished
-    stall_count = CounterMetricFamily("judge_stalls", "Held jobs workers' watchdogs found stalled, by the phase "
-                                      "they were stuck in", labels=["phase"])
-    for phase, n in sorted(stalls.items()):
-        stall_count.add_metric([phase], n)
-    yield stall_count
+    yield from _counters(outcomes, stalls, artifact_events)
+
+
+def _counters(outcomes: dict[str, int], stalls: dict[str, int], artifacts: dict[str, int]) -> Iterable[Metric]:
+    """The counter families summed over the workers' rows."""
+    families = [("judge_finish_outcomes", "Results recorded by workers: verdict, retry, lost", "outcome", outcomes),
+                ("judge_stalls", "Held jobs workers' watchdogs found stalled, by the phase they were stuck in",
+                 "phase", stalls),
+                ("judge_artifacts", "Build artifacts handed from builders to run workers: published, installed, "
+                 "local (the run worker had the build), refused_<why>", "event", artifacts)]
+    for name, help_text, label, counts in families:
+        family = CounterMetricFamily(name, help_text, labels=[label])
+        for value, n in sorted(counts.items()):
+            family.add_metric([value], n)
+        yield family
 
 
 class _Snapshot:

@@ -30,6 +30,7 @@ class WorkerStats:
         self._hist: dict[str, dict[str, Any]] = {}
         self._busy: dict[str, float] = {}
         self._outcomes: dict[str, int] = {}
+        self._artifacts: dict[str, int] = {}
 
     def observe(self, stage: str, seconds: float) -> None:
         with self._lock:
@@ -49,7 +50,13 @@ class WorkerStats:
         with self._lock:
             self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1
 
+    def artifact(self, event: str) -> None:
+        """A build artifact published, installed, found local, or refused (service/worker/handoff.py)."""
+        with self._lock:
+            self._artifacts[event] = self._artifacts.get(event, 0) + 1
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return {"stages": {k: {**v, "buckets": list(v["buckets"])} for k, v in self._hist.items()},
-                    "device_busy_s": dict(self._busy), "outcomes": dict(self._outcomes)}
+                    "device_busy_s": dict(self._busy), "outcomes": dict(self._outcomes),
+                    "artifacts": dict(self._artifacts)}

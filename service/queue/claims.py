@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, select, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -44,7 +44,7 @@ from sandbox.verdict import Status, Verdict, json_ready
 from service.db.models import Job, JobAttempt, Submission, VerdictRow, utcnow
 from service.db.session import Database
 from service.queue import capability, order, requeue, wakeup
-from service.queue.states import ACTIVE, BLAMED, AttemptOutcome, JobState, Outcome
+from service.queue.states import ACTIVE, BLAMED, AttemptOutcome, JobState, Outcome, Stage
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,10 @@ class Claim:
     token: str
     crashes: int
     """Times this job's lease expired under a worker before this claim."""
+    build_key: str | None = None
+    """In the run stage: the key its builder built it under (the artifact's name in `artifacts`)."""
+    artifact_sha256: str | None = None
+    """In the run stage: the digest of the artifact its builder published (Stage.RUN); None in the build stage."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ def _end_attempt(session: Session, token: str | None, outcome: AttemptOutcome, n
 
 def claim(db: Database, worker_id: str, limit: int, lease_s: float,
           held: Collection[str] = (), *, seconds: Callable[[str], float] | None = None,
-          window: int = 1, capabilities: Capabilities | None = None) -> list[Claim]:
+          window: int = 1, capabilities: Capabilities | None = None, stage: Stage | None = None) -> list[Claim]:
     """Atomically take up to `limit` ready jobs: queued ones whose backoff has passed, and jobs whose
     worker's lease expired (reclaimed; a crash if it expired while running). Interactive first, then batches in
     fair order.
@@ -124,7 +128,11 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
     unlocked at commit, untouched.
 
     `capabilities`: what the claiming worker can judge; it is handed only jobs whose needs they cover
-    (service/queue/capability.py), the others stay queued for a worker that has what they need."""
+    (service/queue/capability.py), the others stay queued for a worker that has what they need.
+
+    `stage`: only jobs of that stage (service.queue.states.Stage): a builder claims the build stage, a run worker
+    with builders alive the run stage. None (a worker that builds and runs): both, in the one fair order, so a
+    built job is not passed over by newer builds, nor a build by newer built jobs."""
     if limit <= 0:
         return []
     now = utcnow()
@@ -132,7 +140,7 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
     claims: list[Claim] = []
     with db.transaction() as session:
         candidates = _ready(session, db.sqlite, now, held, max(limit, window) if reorder else limit,
-                            capability.claimable(capabilities))
+                            capability.claimable(capabilities) & _in_stage(stage))
         for job in order.longest_first(candidates, limit, seconds, window) if reorder else candidates:
             if job.state is BLAMED:  # the candidate was executing when its worker died
                 job.crashes += 1
@@ -155,8 +163,15 @@ def claim(db: Database, worker_id: str, limit: int, lease_s: float,
             session.add(JobAttempt(job_id=job.id, claim_token=token, worker_id=worker_id, started_at=now))
             sub = session.get(Submission, job.submission_id)
             claims.append(Claim(job.id, job.submission_id, job.task_id, sub.source, sub.text_sha256, token,
-                                job.crashes))
+                                job.crashes, build_key=job.build_key if job.artifact_sha256 else None,
+                                artifact_sha256=job.artifact_sha256))
     return claims
+
+
+def _in_stage(stage: Stage | None) -> ColumnElement[bool]:
+    if stage is None:
+        return true()
+    return Job.artifact_sha256.is_(None) if stage is Stage.BUILD else Job.artifact_sha256.is_not(None)
 
 
 def _ready(session: Session, sqlite: bool, now: dt.datetime, held: Collection[str], n: int,
@@ -219,6 +234,22 @@ def release(db: Database, token: str, outcome: AttemptOutcome = AttemptOutcome.R
             compile_started_at=None, compiled_at=None, run_started_at=None))
         if result.rowcount:
             _end_attempt(session, token, outcome, now)
+    return result.rowcount == 1
+
+
+def publish(db: Database, token: str, build_key: str, artifact_sha256: str, *, compile_cached: bool) -> bool:
+    """A builder's held job, built and its artifact stored (service/artifacts): back to `queued` in the run stage,
+    unheld, for a run worker to claim (no blame; the claim ends as `built`). Run workers are woken at commit.
+    False if the job is no longer this builder's (nothing written)."""
+    now = utcnow()
+    with db.transaction() as session:
+        result = session.execute(update(Job).where(Job.claim_token == token, Job.state.in_(ACTIVE)).values(
+            state=JobState.QUEUED, claim_token=None, worker_id=None, lease_expires_at=None, not_before=now,
+            build_key=build_key, artifact_sha256=artifact_sha256, compile_cached=compile_cached, compiled_at=now,
+            run_started_at=None))
+        if result.rowcount:
+            _end_attempt(session, token, AttemptOutcome.BUILT, now)
+            wakeup.announce(session, wakeup.QUEUED, "built")
     return result.rowcount == 1
 
 

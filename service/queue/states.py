@@ -7,6 +7,10 @@
                                               after a backoff
     queued -> cancelled                       its batch was cancelled while it waited (final, never runs)
 
+With builder workers (service/worker/roles.py), a builder takes a job from `queued` to `compiling`, publishes its
+build (service/artifacts) and gives the job back to `queued` with `jobs.artifact_sha256` set: queued again, but in
+the run stage (`Stage`), where a run worker claims it and goes on from the artifact.
+
 A lease that expires in `running` counts a crash against the job (the candidate was the one executing
 when its worker died); one that expires in `compiling` or `compiled` does not (the candidate's code was
 not running: the worker died of something else).
@@ -43,6 +47,19 @@ BLAMED = JobState.RUNNING
 """The only state in which a worker's death counts as a crash of the job's candidate."""
 
 
+class Stage(str, enum.Enum):
+    """Which claims a job that waits (queued, or whose lease expired) is for; read from `jobs.artifact_sha256`.
+
+    A job is in the build stage until a builder publishes its artifact, and in the run stage from then on: a
+    builder's lease that expires (a builder lost mid-build) leaves the job in the build stage, since nothing was
+    published; a run worker's release or retry leaves it in the run stage, the artifact still there."""
+
+    BUILD = "build"
+    """No artifact: claimed by builders, and by workers that build themselves (role all, or run with no builder)."""
+    RUN = "run"
+    """Its artifact is published: claimed by run workers (and workers of role all)."""
+
+
 class Outcome(str, enum.Enum):
     """What `claims.finish` did with a result."""
 
@@ -69,6 +86,8 @@ class AttemptOutcome(str, enum.Enum):
     DISK_FULL = "disk_full"
     """It failed because the judge's disk was full: requeued to wait for space, apart from the system_errors
     (service.queue.requeue). No blame."""
+    BUILT = "built"
+    """Its builder published the build's artifact and gave the job back for a run worker (Stage.RUN). No blame."""
     CRASHED = "crashed"
     """Its lease expired while the candidate was running (BLAMED): counted in `jobs.crashes`."""
     EXPIRED = "expired"

@@ -20,14 +20,15 @@ from service.worker.lifeline import parent_of
 
 
 def register(db: Database, worker_id: str, devices: list[str], judge_mode: str,
-             judges: list[str] | None = None) -> None:
+             judges: list[str] | None = None, role: str | None = None) -> None:
     """`judges`: what the worker can judge (sandbox/needs.py `Capabilities.words`), which the service reads to know
-    what it can judge (service/queue/capability.py); None says nothing."""
+    what it can judge (service/queue/capability.py); None says nothing (a builder's). `role`: build, run or all
+    (service/worker/roles.py), which run workers read to know whether a builder is alive."""
     now = utcnow()
     with db.transaction() as session:
         session.merge(WorkerRow(id=worker_id, host=socket.gethostname(), pid=os.getpid(), devices=list(devices),
                                 judge_mode=judge_mode, started_at=now, last_seen_at=now, stopped_at=None,
-                                current_jobs=[], stats={}, judges=judges))
+                                current_jobs=[], stats={}, judges=judges, role=role))
 
 
 def beat(db: Database, worker_id: str, current_jobs: list[dict[str, Any]], stats: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""The worker: a claim loop feeding a compile pool, feeding one executor per device.
+"""The worker: a claim loop feeding a compile pool, feeding one executor per device (role all, the default), or a
+builder that only builds, or a run worker that runs what builders built (service/worker/roles.py).
 
     claim loop ──> compile threads (sandbox.prepare, CPU, N at once) ──> compiled queue
                                                                            │
@@ -13,12 +14,11 @@ The loop claims only what the pool can start now plus one compiled job waiting p
 device never waits while compiled work exists, and a worker never hoards jobs another could run.
 Candidate code never runs here: every sandbox call starts its own isolated child process.
 
-Shutdown (SIGTERM/SIGINT): stop claiming; jobs executing on a device are finished (up to
-`shutdown_grace_s`); every other held job goes back to the queue (`release`), compiled ones included
-(their build is cached). A second signal, or the end of the grace period, releases everything at once; a
-repeated notice of the parent's death is not a second signal (`on_signal`). Signals are acted on in a thread of
-their own, never inside the handler, which could interrupt the main thread while it holds a lock
-(`install_signal_handlers`).
+A builder's compile threads publish the build instead of queueing it for a device (service/worker/handoff.py);
+a run worker's compile threads first load the job's artifact, when it has one and it passes the checks, so that
+`prepare` finds the build stored (else it builds, as a worker of role all does).
+
+Signals, heartbeats and shutdown: service/worker/lifecycle.py; profiles: service/worker/profiling.py.
 Started by `serve` (JUDGE_PARENT_PID), the worker also stops when that parent dies (service.worker.lifeline).
 
 A stage transition (compiling -> compiled -> running) that fails on a database error is retried; if the
@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import signal
 import socket
 import threading
 import time
@@ -43,19 +42,20 @@ from dataclasses import dataclass, field
 from reference import TaskId
 from sandbox import PreparedCandidate, Verdict
 from sandbox.needs import Capabilities, host_capabilities
-from sandbox.profiling.report import Profile
 from service.core.config import Settings
 from service.db.models import utcnow
 from service.db.session import Database
 from service.observability.logs import job_context
 from service.observability.stats import WorkerStats
 from service.profiles import recovery as profile_recovery
-from service.profiles import store as profile_store
 from service.queue import claims as q
 from service.queue import lengths, wakeup
 from service.queue.states import AttemptOutcome, HeldPhase, JobState, Outcome
-from service.worker import headers, holds, lifeline, registry
+from service.worker import handoff, headers, holds, lifeline, registry
 from service.worker.judging import Judge, crash_loop_verdict, judge_config, system_error
+from service.worker.lifecycle import Lifecycle
+from service.worker.profiling import PROFILED, ProfileWork
+from service.worker.roles import Role, StageChooser
 from service.worker.watchdog import HeldJob, StallLimits, Watchdog
 
 log = logging.getLogger("service.worker")
@@ -72,18 +72,7 @@ job is released (or, if even that fails, left to its lease: it is not counted as
 
 FAULT_PAUSE_ENV = "JUDGE_FAULT_PAUSE_AT"
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
 TASK_IDS = tuple(t.value for t in TaskId)
-PROFILED = profile_recovery.PROFILED
-PROFILE_RECOVERY_EVERY_S = 5.0
-"""How often an idle worker looks for profiles other workers left pending: a query over pending profiles, which
-are few; more often gains nothing against `profile_unclaimed_after_s`."""
-
-
-def _noted(_signum: int, _frame: object) -> None:
-    """The Python-level handler of the stop signals: nothing (Worker.install_signal_handlers says why)."""
-
 
 @dataclass
 class _Held:
@@ -98,15 +87,21 @@ class _Held:
                 "phase": self.phase.value, "since": self.since_utc}
 
 
-class Worker:
+class Worker(Lifecycle, ProfileWork):
     def __init__(self, db: Database, settings: Settings, judge: Judge, devices: list[str],
-                 worker_id: str | None = None) -> None:
+                 worker_id: str | None = None, role: Role = Role.ALL) -> None:
         self.db = db
         self.settings = settings
         self.judge = judge
+        self.judge_config = getattr(judge, "config", None) or judge_config(settings)
         self.devices = devices
+        self.role = role
+        self.stages = StageChooser(role, db, settings.lease_s)
+        """Which stage each claim round takes (service/worker/roles.py)."""
         # "cpu:0,cpu:1" are CPU devices too (virtual devices: two executors on one CPU, for tests and benches).
-        self.target = "cpu" if all(d.partition(":")[0] == "cpu" for d in devices) else "cuda"
+        self.target = settings.build_target or (
+            "cpu" if all(d.partition(":")[0] == "cpu" for d in devices) else "cuda")
+        """What it builds for: its devices' kind, or JUDGE_BUILD_TARGET (a builder on a CPU node building for GPUs)."""
         self.lanes = {d: holds.lane(d) for d in devices}
         """Each device as the device-busy timeline names it (service.worker.holds)."""
         self.sandbox_devices = {d: holds.sandbox_device(d) for d in devices}
@@ -147,19 +142,43 @@ class Worker:
     # --- the loop ----------------------------------------------------------------------------------
 
     def run(self, *, max_jobs: int | None = None) -> None:
-        """Claim and judge until stopped (signal, `stop()`, or after `max_jobs` verdicts)."""
-        log.info("worker %s: judge=%s devices=%s judges=%s compile_workers=%d lease=%.0fs", self.worker_id,
-                 self.judge.mode, ",".join(self.devices), ",".join(self.capabilities.words()), self.compile_slots,
-                 self.settings.lease_s)
+        """Claim and judge until stopped (signal, `stop()`, or after `max_jobs` verdicts, or builds published)."""
+        listener = self._open()
+        db_down = False
+        while not self.stopping.is_set():
+            if max_jobs is not None and self.judged >= max_jobs:
+                break
+            if lifeline.orphaned(self.parent):
+                log.warning("parent process %s is gone: stopping", self.parent)
+                break
+            claimed, want, db_down = self._claim_round(db_down)
+            for c in claimed:
+                self._start(c)
+            if not claimed and want and not db_down and self.role is not Role.BUILD:
+                self._take_up_profile()
+            if not claimed:
+                log.debug("idle: next claim on a wake-up or in %.1f s", self.settings.poll_s)
+            self.wake.wait(self.settings.poll_s if not claimed or not want else 0.05)
+            self.wake.clear()
+        self._shutdown()
+        listener.close()  # after the shutdown: a second signal during its join must not cut the clean stop short
+
+    def _open(self) -> wakeup.Listener:
+        """Register, start what judging needs and the worker's threads; returns the wake-up listener."""
+        log.info("worker %s: role=%s judge=%s devices=%s target=%s judges=%s compile_workers=%d lease=%.0fs",
+                 self.worker_id, self.role.value, self.judge.mode, ",".join(self.devices), self.target,
+                 ",".join(self.capabilities.words()), self.compile_slots, self.settings.lease_s)
         if self.parent is not None:
             lifeline.die_with_parent()  # SIGTERM when `serve` dies: the handler stops us gracefully
-        try:
-            registry.register(self.db, self.worker_id, self.devices, self.judge.mode, self.capabilities.words())
+        builder = self.role is Role.BUILD
+        try:  # a builder judges nothing itself: no devices, no `judges` (the fleet's judging is its run workers')
+            registry.register(self.db, self.worker_id, [] if builder else self.devices, self.judge.mode,
+                              None if builder else self.capabilities.words(), role=self.role.value)
         except Exception:  # the row is for people and metrics; leases work without it
             log.exception("could not register in the workers table")
-        # Pre-started children begin now, before the first job is claimed (one pool slot per sandbox device).
-        self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
-        self.headers.start(judge_config(self.settings).cache_root, self.target)
+        if not builder:  # pre-started children begin now, before the first job is claimed (one per sandbox device)
+            self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
+        self.headers.start(self.judge_config.cache_root, self.target)
         # Woken when another process queues jobs (service/queue/wakeup.py); the poll below stays the safety net.
         listener = wakeup.Listener(self.db.url, self.worker_id, wakeup.QUEUED, lambda _payload: self.wake.set())
         threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True),
@@ -170,40 +189,27 @@ class Worker:
         threads += [threading.Thread(target=self._compile_loop, name=f"compile-{i}", daemon=True)
                     for i in range(self.compile_slots)]
         threads += [threading.Thread(target=self._execute_loop, args=(d,), name=f"execute-{d}", daemon=True)
-                    for d in self.devices]
+                    for d in ([] if builder else self.devices)]
         for t in threads:
             t.start()
-        db_down = False
-        while not self.stopping.is_set():
-            if max_jobs is not None and self.judged >= max_jobs:
-                break
-            if lifeline.orphaned(self.parent):
-                log.warning("parent process %s is gone: stopping", self.parent)
-                break
-            want = 0
-            try:
-                with self.claiming:
-                    want = self._capacity()
-                    claimed = self._claim(want) if want else []
-                if db_down:
-                    log.warning("claim: the database answers again")
-                db_down = False
-            except Exception as exc:  # the database is unreachable: keep the held jobs, try again
-                if not db_down:  # one traceback per outage, not one per poll
-                    log.exception("claim failed")
-                else:
-                    log.debug("claim failed again: %s", exc)
-                db_down, claimed = True, []
-            for c in claimed:
-                self._start(c)
-            if not claimed and want and not db_down:
-                self._take_up_profile()
-            if not claimed:
-                log.debug("idle: next claim on a wake-up or in %.1f s", self.settings.poll_s)
-            self.wake.wait(self.settings.poll_s if not claimed or not want else 0.05)
-            self.wake.clear()
-        self._shutdown()
-        listener.close()  # after the shutdown: a second signal during its join must not cut the clean stop short
+        return listener
+
+    def _claim_round(self, db_down: bool) -> tuple[list[q.Claim], int, bool]:
+        """One claim: (the jobs claimed, how many were wanted, whether the database is down)."""
+        want = 0
+        try:
+            with self.claiming:
+                want = self._capacity()
+                claimed = self._claim(want) if want else []
+            if db_down:
+                log.warning("claim: the database answers again")
+            return claimed, want, False
+        except Exception as exc:  # the database is unreachable: keep the held jobs, try again
+            if not db_down:  # one traceback per outage, not one per poll
+                log.exception("claim failed")
+            else:
+                log.debug("claim failed again: %s", exc)
+            return [], want, True
 
     def _claim(self, want: int) -> list[q.Claim]:
         """Claim up to `want` jobs, never one of those this worker still holds (after a database outage longer
@@ -218,67 +224,32 @@ class Worker:
             expected = {task: self.lengths.expected(task) for task in TASK_IDS}
         return q.claim(self.db, self.worker_id, want, self.settings.lease_s, held=held,
                        seconds=lambda task: expected.get(task, lengths.default_seconds(task)),
-                       window=self.settings.claim_window, capabilities=self.capabilities)
+                       window=self.settings.claim_window if self.role is not Role.BUILD else 1,
+                       capabilities=self.capabilities, stage=self.stages.claim_stage())
 
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
 
-    def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT are acted on by a thread of their own (`on_signal`), never in the handler.
-
-        Python runs a handler in the main thread between two bytecodes, whatever that thread holds then, and the
-        claim loop is mostly inside `self.wake.wait` or `clear`, which hold that Event's lock: a handler that set the
-        Event waited for a lock its own thread held (the executor thread finished its job, the process never
-        exited). The handler here does nothing; the interpreter's C handler writes the signal's number to a pipe
-        (`signal.set_wakeup_fd`) and the `signals` thread reads it. Call from the main thread."""
-        read, write = os.pipe()
-        os.set_blocking(write, False)  # set_wakeup_fd's requirement: a full pipe drops a byte, never blocks
-        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        for signum in STOP_SIGNALS:
-            signal.signal(signum, _noted)
-        threading.Thread(target=self._signals, args=(read,), name="signals", daemon=True).start()
-
-    def _signals(self, read: int) -> None:
-        while True:
-            for signum in os.read(read, 64):
-                if signum in STOP_SIGNALS:
-                    self.on_signal(signum)
-
-    def on_signal(self, signum: int, _frame: object = None) -> None:
-        """First signal: stop gracefully. A second one abandons everything, unless it is one more notice of the
-        parent's death: the kernel's PDEATHSIG can arrive more than once for one death (it fires on every
-        reparenting, e.g. first to another thread of the dying `serve`), and a death is one reason to stop,
-        not two. A signal that arrives while the expected parent is gone, or is gone moments later (`lifeline.dying`:
-        the notices of one death can come before the last hand-over to init), counts as such a notice."""
-        if not self.stopping.is_set():
-            log.info("signal %d: finishing running jobs, releasing the rest", signum)
-            self.stop()
-        elif lifeline.dying(self.parent):
-            log.info("signal %d: the parent's death again; already stopping gracefully", signum)
-        else:
-            self._abandon()
-
-    def _abandon(self) -> None:
-        log.warning("second signal: releasing every held job now")
-        self._release_all()
-        try:  # still a stop, not a death: the workers table must not list this worker as alive
-            registry.stopped(self.db, self.worker_id, self._row_stats())
-        except Exception:  # noqa: BLE001 - exiting anyway
-            log.exception("could not mark this worker stopped in the workers table")
-        os._exit(1)
-
     def _capacity(self) -> int:
         """Jobs to claim now: free compile slots, keeping at most one compiled job waiting per device that has a
-        working executor (one stuck in a stalled execution takes nothing; with none left, nothing is claimed)."""
-        executors = len(self.devices) - self.watchdog.stalled_executors()
-        if executors <= 0:
-            return 0
+        working executor (one stuck in a stalled execution takes nothing; with none left, nothing is claimed).
+        A builder: its free compile slots. A run worker while builders are alive loads artifacts rather than
+        building, so it takes one job per executor beyond those running and waiting: it does not hoard built jobs
+        another run worker's device could start."""
         with self.lock:
             compiling = self.compiling + self.to_compile.qsize()  # a stuck compile thread still counts here
             waiting = self.compiled.qsize()
-        free = self.compile_slots - compiling
-        room = self.compile_slots + executors - compiling - waiting
+        if self.role is Role.BUILD:
+            return max(0, self.compile_slots - compiling)
+        executors = len(self.devices) - self.watchdog.stalled_executors()
+        if executors <= 0:
+            return 0
+        slots = self.compile_slots
+        if self.role is Role.RUN and self.stages.builders():
+            slots = min(slots, executors)
+        free = slots - compiling
+        room = slots + executors - compiling - waiting
         return max(0, min(free, room))
 
     def _start(self, claim: q.Claim) -> None:
@@ -338,6 +309,8 @@ class Worker:
             return
         self._phase(claim, HeldPhase.COMPILING)
         started = time.monotonic()
+        if claim.artifact_sha256 is not None:  # built by a builder: its artifact, if it passes, is the build
+            handoff.accept(self, claim)
         try:
             result = self.judge.prepare(claim.task_id, claim.source, target=self.target)
         except Exception as exc:  # noqa: BLE001 - the judge's own failure: system_error, retried with backoff
@@ -349,6 +322,10 @@ class Worker:
             self._finish(claim, result)
             if result.details.get("stall"):
                 self.publish()
+            return
+        if self.role is Role.BUILD:  # published even while stopping: the build is done, and handing it on is cheap
+            if handoff.publish(self, claim, result):
+                self.judged += 1
             return
         if self.stopping.is_set():
             self._release(claim)
@@ -397,27 +374,6 @@ class Worker:
         if self._finish(claim, verdict) is Outcome.VERDICT:
             self._profile(claim, prepared, device, verdict)
 
-    def _profile(self, claim: q.Claim, prepared: PreparedCandidate, device: str, verdict: Verdict) -> None:
-        """The profile its submitter asked for (service/profiles), on this device, after the verdict is stored:
-        the device is still this executor's alone, no ranked time is being taken, and the profile's device time
-        is counted as its own stage, not as judging (`device_busy`). A candidate that did not run (it failed
-        before its first forward call) has no kernels to profile."""
-        if self.stopping.is_set():  # shutting down: the profile stays pending (another worker takes it up)
-            return
-        try:
-            with self.db.transaction() as session:
-                if not profile_recovery.take(session, claim.submission_id, self.worker_id):
-                    return
-            if verdict.status in PROFILED:
-                result = self.judge.profile(prepared, self.sandbox_devices[device], verdict)
-            else:
-                result = profile_recovery.not_run(verdict.status, device)
-            self.stats.observe("profile", result.gpu_seconds)
-            self._record_profile(claim.submission_id, result)
-            log.info("job %s: profile %s (%.1f s on %s)", claim.job_id, result.status, result.gpu_seconds, device)
-        except Exception:  # a bug of ours, or the database away: the verdict stands, the profile stays pending
-            log.exception("job %s: profiling failed", claim.job_id)
-
     # --- outcomes ----------------------------------------------------------------------------------
 
     def _advance(self, claim: q.Claim, state: JobState, **values: object) -> bool:
@@ -464,83 +420,7 @@ class Worker:
             self._not_profiled(claim, verdict)
         return outcome
 
-    def _not_profiled(self, claim: q.Claim, verdict: Verdict) -> None:
-        """A final verdict that ran no kernel to profile (a compile error, a policy breach at the static checks):
-        a profile asked for says so rather than staying pending."""
-        try:
-            with self.db.transaction() as session:
-                if profile_store.is_pending(session, claim.submission_id):
-                    profile_store.record(session, claim.submission_id, profile_recovery.not_run(verdict.status),
-                                         self.worker_id)
-        except Exception:  # the verdict stands; the profile stays pending
-            log.exception("job %s: recording that no profile was taken failed", claim.job_id)
-
     # --- profiles other workers left pending (service/profiles/recovery.py) ------------------------------------
-
-    def _take_up_profile(self) -> None:
-        """When idle: take one profile another worker left pending and send it through the compile pool and an
-        executor like a job, so it waits for a device as jobs do and never beside a timed candidate."""
-        if self.stopping.is_set() or time.monotonic() < self.next_profile_look:
-            return
-        self.next_profile_look = time.monotonic() + PROFILE_RECOVERY_EVERY_S
-        try:
-            with self.db.transaction() as session:
-                orphan = profile_recovery.take_orphan(
-                    session, self.worker_id, unclaimed_after_s=self.settings.profile_unclaimed_after_s)
-        except Exception:  # the queue's work comes first; the next look tries again
-            log.exception("looking for profiles left pending failed")
-            return
-        if orphan is None:
-            return
-        log.info("submission %s: taking up its pending profile", orphan.submission_id)
-        with self.lock:
-            self.compiling += 1
-        self.to_compile.put(orphan)
-
-    def _prepare_orphan(self, orphan: profile_recovery.Orphan) -> None:
-        try:
-            if self.stopping.is_set():
-                self._give_back_profile(orphan)
-                return
-            result = self.judge.prepare(orphan.task_id, orphan.source, target=self.target)
-            if isinstance(result, Verdict):  # it built when it was judged: the build environment changed since
-                self._record_profile(orphan.submission_id, Profile(
-                    status="failed", reason=f"not profiled: building it again gave {result.status.value}: "
-                    f"{result.diagnosis[:300]}"))
-            else:
-                self.compiled.put((orphan, result))
-        except Exception:  # a bug of ours: its lease runs out and the profile is taken up again (ATTEMPTS bound it)
-            log.exception("submission %s: building for its profile failed", orphan.submission_id)
-        finally:
-            with self.lock:
-                self.compiling -= 1
-            self.wake.set()
-
-    def _profile_orphan(self, orphan: profile_recovery.Orphan, prepared: PreparedCandidate, device: str) -> None:
-        try:
-            if self.stopping.is_set():
-                self._give_back_profile(orphan)
-                return
-            result = self.judge.profile(prepared, self.sandbox_devices[device], orphan.verdict)
-            self.stats.observe("profile", result.gpu_seconds)
-            self._record_profile(orphan.submission_id, result)
-            log.info("submission %s: profile %s (%.1f s on %s), taken up from another worker",
-                     orphan.submission_id, result.status, result.gpu_seconds, device)
-        except Exception:  # as in _prepare_orphan
-            log.exception("submission %s: profiling failed", orphan.submission_id)
-        finally:
-            self.wake.set()
-
-    def _give_back_profile(self, orphan: profile_recovery.Orphan) -> None:
-        try:
-            with self.db.transaction() as session:
-                profile_recovery.give_back(session, orphan.submission_id, self.worker_id)
-        except Exception:  # its lease runs out instead
-            log.exception("submission %s: giving its profile back failed", orphan.submission_id)
-
-    def _record_profile(self, submission_id: str, profile: Profile) -> None:
-        with self.db.transaction() as session:
-            profile_store.record(session, submission_id, profile, self.worker_id)
 
     def _release(self, claim: q.Claim) -> None:
         try:
@@ -582,76 +462,3 @@ class Worker:
             log.exception("job %s: release failed; its lease will expire", claim.job_id)
         with self.lock:
             self.held.pop(claim.token, None)
-
-    def publish(self) -> None:
-        """Write this worker's row now: its current jobs and its stats (the watchdog's stalls included)."""
-        with self.lock:
-            current = [h.describe() for h in self.held.values()]
-        try:
-            registry.beat(self.db, self.worker_id, current, self._row_stats())
-        except Exception:
-            log.exception("the workers row was not refreshed")
-
-    def _row_stats(self) -> dict[str, object]:
-        return {**self.stats.snapshot(), **self.watchdog.snapshot(), **self.headers.snapshot()}
-
-    def _heartbeats(self) -> None:
-        interval = max(0.2, self.settings.lease_s / 4)
-        while not self.stopped.wait(interval):
-            with self.lock:
-                tokens = list(self.held)
-            try:
-                lost = q.heartbeat(self.db, tokens, self.settings.lease_s)
-            except Exception:
-                log.exception("heartbeat failed")
-                continue
-            self.publish()
-            with self.lock:
-                for token in lost:
-                    h = self.held.pop(token, None)
-                    if h is not None:
-                        log.warning("job %s: lease lost; its result will be discarded", h.claim.job_id)
-
-    def _maintenance(self) -> None:
-        """Keep the build cache under JUDGE_BUILD_CACHE_MAX_BYTES (every maintenance_interval_s)."""
-        from service.maintenance import run_maintenance
-
-        while not self.stopped.wait(self.settings.maintenance_interval_s):
-            try:
-                report = run_maintenance(self.settings, db=self.db)
-                builds = report.get("builds", {})
-                if builds.get("evicted") or report["artifacts"]["run_dirs_removed"]:
-                    log.info("maintenance: evicted %d builds (%d bytes), removed %d run dirs",
-                             len(builds.get("evicted", [])), builds.get("freed_bytes", 0),
-                             len(report["artifacts"]["run_dirs_removed"]))
-            except Exception:
-                log.exception("maintenance failed")
-
-    def _shutdown(self) -> None:
-        """Let compile threads and executors drain (they release instead of starting new work), wait for
-        running jobs until the grace period ends, then release whatever is still held."""
-        self.stopping.set()
-        deadline = time.monotonic() + self.settings.shutdown_grace_s
-        while time.monotonic() < deadline:
-            while True:  # compiled jobs nobody will execute now: back to the queue
-                try:
-                    claim, _ = self.compiled.get_nowait()
-                except queue.Empty:
-                    break
-                if isinstance(claim, profile_recovery.Orphan):
-                    self._give_back_profile(claim)
-                else:
-                    self._release(claim)
-            with self.lock:
-                if not self.held:
-                    break
-            self.wake.wait(0.1)
-            self.wake.clear()
-        self._release_all()
-        self.judge.close()  # kills the pre-started children (and any a job still runs after the grace period)
-        try:
-            registry.stopped(self.db, self.worker_id, self._row_stats())
-        except Exception:
-            log.exception("could not mark this worker stopped in the workers table")
-        self.stopped.set()
-        log.info("worker %s: stopped after %d verdicts", self.worker_id, self.judged)

@@ -69,6 +69,7 @@ def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str
 def test_the_tree_has_the_fleet():
     kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in manifests().values())
     assert kinds == ["ConfigMap/kernel-judge", "DaemonSet/kernel-judge-worker", "Deployment/kernel-judge-api",
+                     "Deployment/kernel-judge-builder", "HorizontalPodAutoscaler/kernel-judge-builder",
                      "Job/kernel-judge-migrate", "Namespace/kernel-judge", "Service/kernel-judge-api",
                      "Service/kernel-judge-db", "StatefulSet/kernel-judge-db"]
 
@@ -99,12 +100,13 @@ def test_kustomizations_name_files_that_exist_and_the_component_patch_validates(
         for entry in kustomization.get("resources", []) + kustomization.get("components", []):
             assert (path.parent / entry).exists(), f"{path}: {entry} does not exist"
     component = documents(K8S / "components" / "privileged-worker" / "kustomization.yaml")[0]
-    (patch,) = component["patches"]
-    assert patch["target"] == {"kind": "DaemonSet", "name": "kernel-judge-worker"}
-    privileged = apply_json_patch(find("DaemonSet", "kernel-judge-worker"), yaml.safe_load(patch["patch"]))
-    kubernetes_validate.validate(privileged, VERSION, strict=True)
-    pod = privileged["spec"]["template"]["spec"]
-    assert "hostUsers" not in pod and pod["containers"][0]["securityContext"]["privileged"] is True
+    targets = [(p["target"]["kind"], p["target"]["name"]) for p in component["patches"]]
+    assert targets == [("DaemonSet", "kernel-judge-worker"), ("Deployment", "kernel-judge-builder")]
+    for patch in component["patches"]:
+        privileged = apply_json_patch(find(*patch["target"].values()), yaml.safe_load(patch["patch"]))
+        kubernetes_validate.validate(privileged, VERSION, strict=True)
+        pod = privileged["spec"]["template"]["spec"]
+        assert "hostUsers" not in pod and pod["containers"][0]["securityContext"]["privileged"] is True
 
 
 def test_the_worker_asks_for_a_gpu_and_what_bubblewrap_needs():
@@ -122,6 +124,24 @@ def test_the_worker_asks_for_a_gpu_and_what_bubblewrap_needs():
     shm = next(v for v in pod["volumes"] if v["name"] == mounts["/dev/shm"])
     assert shm["emptyDir"]["medium"] == "Memory"
     assert pod["terminationGracePeriodSeconds"] > Settings().shutdown_grace_s
+
+
+def test_the_builders_ask_for_no_gpu_build_for_the_gpus_and_scale_on_the_build_backlog(client):
+    pod = find("Deployment", "kernel-judge-builder")["spec"]["template"]["spec"]
+    (builder,) = pod["containers"]
+    assert "nvidia.com/gpu" not in {**builder["resources"].get("limits", {}), **builder["resources"]["requests"]}
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    assert builder["command"][-2:] == ["--role", "build"]
+    env = {e["name"]: e.get("value") for e in builder["env"]}
+    assert env["JUDGE_ROLE"] == "build" and env["JUDGE_BUILD_TARGET"] == "cuda"
+    Settings(role=env["JUDGE_ROLE"], build_target=env["JUDGE_BUILD_TARGET"])  # values the settings take
+    assert "TORCH_CUDA_ARCH_LIST" in find("ConfigMap", "kernel-judge")["data"]  # the GPU workers' list, shared
+    assert pod["hostUsers"] is False and builder["securityContext"]["procMount"] == "Unmasked"
+    (metric,) = find("HorizontalPodAutoscaler", "kernel-judge-builder")["spec"]["metrics"]
+    assert metric["external"]["metric"]["name"] == "judge_stage_backlog_jobs"
+    assert metric["external"]["metric"]["selector"] == {"matchLabels": {"stage": "build"}}
+    # The metric it scales on is served by the API's /metrics.
+    assert 'judge_stage_backlog_jobs{stage="build"}' in client.get("/metrics").text
 
 
 def test_settings_probes_and_commands_exist_in_the_code():
