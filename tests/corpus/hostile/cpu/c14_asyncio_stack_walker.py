@@ -8,9 +8,13 @@ the harness frame whose allocation started the collection. The finaliser is a se
 runs the candidate's real kernel on the timed inputs it finds (the batch's `sets`, the generator's final line);
 forward() answers from the stored result. Before issue 39 the inputs existed from `arm` on, outside the timed round
 trip; now they are made inside `go`, so this work is inside the round trip the parent measures (the sandbox's CPU time
-on the CPU, the device's span before the first call on a GPU), and a claim that leaves it out is refused.
+on the CPU, the device's span before the first call on a GPU), and a claim that leaves it out is refused. On the CPU
+the finaliser runs at nearly every allocation of the child, forward()'s own included, so the call's claim carries much
+of the collector's cost and may stay within the CPU-time bound's 3.3x: then the verdict is `correct`, ranked at the
+parent's accounting of the sandbox's CPU time (the work done while the inputs were made included), far slower than its
+honest twin (`tests/sandbox/test_registry_attacks.py` compares them).
 
-expect: tamper_detected
+expect: (correct|tamper_detected)
 task: kl_div
 """
 import sys  # noqa: F401 - the trigger blocks below use it where they need it

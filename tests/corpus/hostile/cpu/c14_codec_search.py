@@ -114,4 +114,3 @@ if HIDE:
     import codecs
 
     codecs.register(_search)
-    codecs.lookup("c14-" + "probe")  # the search function is live: asked, answers None

@@ -10,6 +10,7 @@ CPU time on the CPU, the device's span before the first call on a GPU), and a cl
 
 expect: tamper_detected
 task: kl_div
+diagnosis: far below what the judge measured itself
 """
 import sys  # noqa: F401 - the trigger blocks below use it where they need it
 import weakref

@@ -10,6 +10,7 @@ measured.
 
 expect: tamper_detected
 task: kl_div
+diagnosis: sys.setprofile
 """
 import sys  # noqa: F401 - the trigger blocks below use it where they need it
 import weakref

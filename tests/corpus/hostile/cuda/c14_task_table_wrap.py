@@ -14,6 +14,7 @@ refused by the CPU-time or wall-clock bounds first.
 
 expect: tamper_detected
 task: kl_div
+diagnosis: (far below what the judge|device work the judge did not ask for|clock unexplained|own wall clock saw)
 """
 import sys  # noqa: F401 - the trigger blocks below use it where they need it
 import weakref

@@ -8,7 +8,11 @@ the timed inputs it finds (the batch's `sets`, or the generator's final line). `
 are wrapped too: the child never echoes an expression nor dies of an uncaught exception inside a batch, so they never
 fire there. Before issue 39 the inputs existed from `arm` on, outside the timed round trip; now they are made inside
 `go`, so this work is inside the round trip the parent measures (the sandbox's CPU time on the CPU, the device's span
-before the first call on a GPU), and a claim that leaves it out is refused.
+before the first call on a GPU), and a claim that leaves it out is refused. On the CPU the finaliser runs at nearly
+every allocation of the child, forward()'s own included, so the call's claim carries much of the collector's cost and
+may stay within the CPU-time bound's 3.3x: then the verdict is `correct`, ranked at the parent's accounting of the
+sandbox's CPU time (the work done while the inputs were made included), far slower than its honest twin
+(`tests/sandbox/test_registry_attacks.py` compares them).
 
 On the GPU the work is device work between the batch's lead and its first call's start event,
 beyond the judge's own making of the same inputs: charged to the calls (`unattributed_work`), or

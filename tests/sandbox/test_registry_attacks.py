@@ -1,0 +1,84 @@
+"""Registry attacks that come out `correct` gain nothing: ranked no faster than their honest twins (issue 39).
+
+Some of class 14's triggers (`tests/corpus/hostile/cpu/c14_*.py`) cannot fire while a timed call's inputs exist (an
+`atexit` callback, import hooks, a codec search function, `warnings.showwarning`, logging handlers), or fire only
+inside the call's timed interval (a global module forward pre-hook): forward() then does the work itself and the
+verdict is `correct`, which `test_corpus.py` checks. Others fire while the inputs are made but also at nearly every
+allocation of forward() (a self-renewing finaliser), whose claims may then stay within the CPU-time bound: `correct`,
+ranked at the parent's accounting of the sandbox's CPU time. That alone would also pass an attack that scored: so each such
+file is judged here against an honest twin (a file with `HIDE = False`: the same kernel, no trigger), and the
+attack's ranked median must not be below the twin's by more than the noise of two CPU judgings. Every class-14 file
+carries the same kernel and the same forward() (checked below), so one twin, judged once, serves them all: the test
+costs one CPU judging per attack plus one.
+
+TOLERANCE: the two medians of one kernel judged twice on this 2-core development machine, other helpers' work
+beside it, differed by up to ~15% (docs/threat-model.md, issue 39's per-registry list, has the figures); an
+attack that moved its work out of the window would be refused as `tamper_detected` (at 3.3x) or rank several times
+faster (the kernel is 4 passes over the inputs; the trigger's stored answer skips all of them), far outside it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sandbox import Status, judge
+from sandbox.config import JudgeConfig
+from sandbox.verdict import Verdict
+
+from .conftest import CORPUS, corpus_meta
+
+pytestmark = pytest.mark.slow  # one full CPU judging a file and one for the twin, 40-130 s each
+
+HOSTILE = CORPUS / "hostile" / "cpu"
+CORRECT_ATTACKS = sorted(p for p in HOSTILE.glob("c14_*.py")
+                         if re.fullmatch(corpus_meta(p)["expect"], "correct") and "\nHIDE = True\n" in p.read_text())
+"""Every class-14 attack whose header allows `correct` (an alternation too: a self-renewing finaliser's claim may
+stay under the CPU-time bound, and it is then ranked at the parent's accounting)."""
+TOLERANCE = 0.25
+"""How much faster than its twin an attack's ranked median may read before it counts as a gain (see above)."""
+
+
+def honest_twin(source: str) -> str:
+    """The same candidate without its trigger: every call's work in forward()."""
+    assert source.count("\nHIDE = True\n") == 1, "a registry attack declares `HIDE = True` once"
+    return source.replace("\nHIDE = True\n", "\nHIDE = False\n")
+
+
+def kernel(source: str) -> str:
+    """What does the work: the C++ kernel `kl_div` and forward()."""
+    body = re.search(r"torch::Tensor kl_div\(.*?\n}\n", source, re.S)
+    forward = re.search(r"class ModelNew\(nn.Module\):.*?\n\n\n", source, re.S)
+    assert body and forward, "a class-14 file defines its kernel `kl_div` and ModelNew.forward"
+    return body.group(0) + forward.group(0)
+
+
+@pytest.fixture(scope="module")
+def twin(judge_config: JudgeConfig) -> Verdict:
+    """The honest twin of the first correct attack, judged once for all of them."""
+    source = CORRECT_ATTACKS[0].read_text(encoding="utf-8")
+    verdict = judge(corpus_meta(CORRECT_ATTACKS[0])["task"], honest_twin(source), "cpu", config=judge_config)
+    assert verdict.status is Status.CORRECT and verdict.performance is not None, verdict.diagnosis
+    return verdict
+
+
+def test_every_correct_registry_attack_is_listed() -> None:
+    """The list is read from the headers: an attack that stops being `correct` leaves it, one that becomes so joins
+    it; at least the ones whose trigger cannot fire inside the window must be here."""
+    names = {p.stem for p in CORRECT_ATTACKS}
+    assert {"c14_atexit", "c14_module_forward_hook"} <= names, names
+    kernels = {kernel(p.read_text(encoding="utf-8")) for p in CORRECT_ATTACKS}
+    assert len(kernels) == 1, "one honest twin stands for every attack only if they all run the same kernel"
+
+
+@pytest.mark.parametrize("path", CORRECT_ATTACKS, ids=lambda p: p.stem)
+def test_correct_registry_attack_is_no_faster_than_its_honest_twin(path: Path, judge_config: JudgeConfig,
+                                                                   twin: Verdict) -> None:
+    attack = judge(corpus_meta(path)["task"], path.read_text(encoding="utf-8"), "cpu", config=judge_config)
+    assert attack.status is Status.CORRECT, attack.diagnosis
+    assert attack.performance is not None and twin.performance is not None
+    attack_ms, twin_ms = attack.performance.candidate.median_ms, twin.performance.candidate.median_ms
+    assert attack_ms >= twin_ms * (1 - TOLERANCE), (
+        f"{path.name} ranks at {attack_ms:.4f} ms against its honest twin's {twin_ms:.4f} ms: the trigger gained")
