@@ -4,12 +4,11 @@ Some of class 14's triggers (`tests/corpus/hostile/cpu/c14_*.py`) cannot fire wh
 `atexit` callback, import hooks, a codec search function, `warnings.showwarning`, logging handlers), or fire only
 inside the call's timed interval (a global module forward pre-hook): forward() then does the work itself and the
 verdict is `correct`, which `test_corpus.py` checks. Others fire while the inputs are made but also at nearly every
-allocation of forward() (a self-renewing finaliser), whose claims may then stay within the CPU-time bound: `correct`,
-ranked at the parent's accounting of the sandbox's CPU time. That alone would also pass an attack that scored: so each such
-file is judged here against an honest twin (a file with `HIDE = False`: the same kernel, no trigger), and the
-attack's ranked median must not be below the twin's by more than the noise of two CPU judgings. Every class-14 file
-carries the same kernel and the same forward() (checked below), so one twin, judged once, serves them all: the test
-costs one CPU judging per attack plus one.
+allocation of forward() (a self-renewing finaliser), whose claims may then stay within the CPU-time bound:
+`correct`, ranked at the parent's accounting of the sandbox's CPU time. That alone would also pass an attack that
+scored: so each such file is judged here beside its honest twin (the same file with `HIDE = False`: the same kernel,
+no trigger), both at once on two threads, so that they share whatever else loads the host, and the attack's ranked
+median must not be below the twin's by more than the noise of such a pair.
 
 TOLERANCE: the two medians of one kernel judged twice on this 2-core development machine, other helpers' work
 beside it, differed by up to ~15% (docs/threat-model.md, issue 39's per-registry list, has the figures); an
@@ -20,17 +19,17 @@ faster (the kernel is 4 passes over the inputs; the trigger's stored answer skip
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from sandbox import Status, judge
 from sandbox.config import JudgeConfig
-from sandbox.verdict import Verdict
 
 from .conftest import CORPUS, corpus_meta
 
-pytestmark = pytest.mark.slow  # one full CPU judging a file and one for the twin, 40-130 s each
+pytestmark = pytest.mark.slow  # two full CPU judgings a file, at once: 40-130 s each
 
 HOSTILE = CORPUS / "hostile" / "cpu"
 CORRECT_ATTACKS = sorted(p for p in HOSTILE.glob("c14_*.py")
@@ -47,37 +46,21 @@ def honest_twin(source: str) -> str:
     return source.replace("\nHIDE = True\n", "\nHIDE = False\n")
 
 
-def kernel(source: str) -> str:
-    """What does the work: the C++ kernel `kl_div` and forward()."""
-    body = re.search(r"torch::Tensor kl_div\(.*?\n}\n", source, re.S)
-    forward = re.search(r"class ModelNew\(nn.Module\):.*?\n\n\n", source, re.S)
-    assert body and forward, "a class-14 file defines its kernel `kl_div` and ModelNew.forward"
-    return body.group(0) + forward.group(0)
-
-
-@pytest.fixture(scope="module")
-def twin(judge_config: JudgeConfig) -> Verdict:
-    """The honest twin of the first correct attack, judged once for all of them."""
-    source = CORRECT_ATTACKS[0].read_text(encoding="utf-8")
-    verdict = judge(corpus_meta(CORRECT_ATTACKS[0])["task"], honest_twin(source), "cpu", config=judge_config)
-    assert verdict.status is Status.CORRECT and verdict.performance is not None, verdict.diagnosis
-    return verdict
-
-
 def test_every_correct_registry_attack_is_listed() -> None:
     """The list is read from the headers: an attack that stops being `correct` leaves it, one that becomes so joins
     it; at least the ones whose trigger cannot fire inside the window must be here."""
     names = {p.stem for p in CORRECT_ATTACKS}
     assert {"c14_atexit", "c14_module_forward_hook"} <= names, names
-    kernels = {kernel(p.read_text(encoding="utf-8")) for p in CORRECT_ATTACKS}
-    assert len(kernels) == 1, "one honest twin stands for every attack only if they all run the same kernel"
 
 
 @pytest.mark.parametrize("path", CORRECT_ATTACKS, ids=lambda p: p.stem)
-def test_correct_registry_attack_is_no_faster_than_its_honest_twin(path: Path, judge_config: JudgeConfig,
-                                                                   twin: Verdict) -> None:
-    attack = judge(corpus_meta(path)["task"], path.read_text(encoding="utf-8"), "cpu", config=judge_config)
+def test_correct_registry_attack_is_no_faster_than_its_honest_twin(path: Path, judge_config: JudgeConfig) -> None:
+    source, task = path.read_text(encoding="utf-8"), corpus_meta(path)["task"]
+    with ThreadPoolExecutor(2) as pool:  # at once: the host's other load falls on both alike
+        attack, twin = pool.map(lambda code: judge(task, code, "cpu", config=judge_config),
+                                [source, honest_twin(source)])
     assert attack.status is Status.CORRECT, attack.diagnosis
+    assert twin.status is Status.CORRECT, twin.diagnosis
     assert attack.performance is not None and twin.performance is not None
     attack_ms, twin_ms = attack.performance.candidate.median_ms, twin.performance.candidate.median_ms
     assert attack_ms >= twin_ms * (1 - TOLERANCE), (
