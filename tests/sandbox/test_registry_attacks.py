@@ -10,10 +10,12 @@ scored: so each such file is judged here beside its honest twin (the same file w
 no trigger), both at once on two threads, so that they share whatever else loads the host, and the attack's ranked
 median must not be below the twin's by more than the noise of such a pair.
 
-TOLERANCE: the two medians of one kernel judged twice on this 2-core development machine, other helpers' work
-beside it, differed by up to ~15% (docs/threat-model.md, issue 39's per-registry list, has the figures); an
-attack that moved its work out of the window would be refused as `tamper_detected` (at 3.3x) or rank several times
-faster (the kernel is 4 passes over the inputs; the trigger's stored answer skips all of them), far outside it.
+TOLERANCE: an attack whose trigger never fires (`c14_atexit.py`) judged at once with its twin, three times on the
+2-core development machine under a load average of 13-19 from other work (2026-11-28), read 1.17, 1.71 and 0.69 times
+its twin's median; judged one after the other, the twin itself read 14.3, 15.1 and 34.9 ms. So the attack may read
+down to half its twin's median before it counts as a gain: a coarse guard on a loaded host, still far from what
+moving the work out of the window gives (the stored-answer attacks claim 0.20-0.22 ms against 3.5-4.5 ms of CPU work
+a call, 16-20x, and are refused at 3.3x as `tamper_detected`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ CORRECT_ATTACKS = sorted(p for p in HOSTILE.glob("c14_*.py")
                          if re.fullmatch(corpus_meta(p)["expect"], "correct") and "\nHIDE = True\n" in p.read_text())
 """Every class-14 attack whose header allows `correct` (an alternation too: a self-renewing finaliser's claim may
 stay under the CPU-time bound, and it is then ranked at the parent's accounting)."""
-TOLERANCE = 0.25
+TOLERANCE = 0.5
 """How much faster than its twin an attack's ranked median may read before it counts as a gain (see above)."""
 
 
