@@ -11,11 +11,13 @@ generator's final line, where the targets exist and the predictions' logits are 
 stored result. Before issue 39 the inputs existed from `arm` on, outside the timed round trip; now they are made
 inside `go`, so this work is inside the round trip the parent measures (the sandbox's CPU time on the CPU, the
 device's span before the first call on a GPU), and a claim that leaves it out is refused. The timer thread's own
-wake-ups are the candidate's CPU time too.
+wake-ups are the candidate's CPU time too. On the CPU, when the host is loaded, the timer thread is scheduled late,
+fires before the call only now and then, and the calls' claims stay within the CPU-time bound's 3.3x: then the verdict
+is `correct`, ranked at the parent's accounting of the sandbox's CPU time (the work done while the inputs were made
+included), no faster than its honest twin (`tests/sandbox/test_registry_attacks.py` compares them).
 
-expect: tamper_detected
+expect: (correct|tamper_detected)
 task: kl_div
-diagnosis: far below what the judge measured itself
 """
 import sys  # noqa: F401 - the trigger blocks below use it where they need it
 import weakref
