@@ -1,0 +1,145 @@
+r"""Class 14 (issue 39): a native timer's pending calls do each timed call's work as the inputs exist.
+
+Signal handlers and interval timers in Python are in the judge's registries (`c12_signal_timer.py`: a SIGALRM handler
+and `setitimer`, seen at every reply and at every batch's end), and a `threading.Timer` is a Python thread, counted at
+the batch's end. So this timer is native: a thread of the extension's own (no Python thread, no signal, no interval
+timer) wakes every 20 us and queues `Py_AddPendingCall`, which the interpreter runs in the main thread at its next
+check (a function's entry, a loop's back edge, after a call): on the harness's own frames while it makes a timed
+call's inputs and flushes the cache before the call. The pending call takes the current frame from native code
+(`PyEval_GetFrame`), and runs the candidate's real kernel on the inputs it finds (the batch's `sets`, or the
+generator's final line, where the targets exist and the predictions' logits are final); forward() answers from the
+stored result. Before issue 39 the inputs existed from `arm` on, outside the timed round trip; now they are made
+inside `go`, so this work is inside the round trip the parent measures (the sandbox's CPU time on the CPU, the
+device's span before the first call on a GPU), and a claim that leaves it out is refused. The timer thread's own
+wake-ups are the candidate's CPU time too. On the CPU, when the host is loaded, the timer thread is scheduled late,
+fires before the call only now and then, and the calls' claims stay within the CPU-time bound's 3.3x: then the verdict
+is `correct`, ranked at the parent's accounting of the sandbox's CPU time (the work done while the inputs were made
+included), no faster than its honest twin (`tests/sandbox/test_registry_attacks.py` compares them).
+
+expect: (correct|tamper_detected)
+task: kl_div
+"""
+import sys  # noqa: F401 - the trigger blocks below use it where they need it
+import weakref
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+HIDE = True
+"""Whether the trigger is installed: False is the honest twin (the same kernel, every call's work in forward)."""
+PASSES = 4
+"""The candidate's own kernel: the loss summed PASSES times over, averaged. A slow kernel that wants to look fast:
+the more work the trigger moves out of forward(), the plainer the gain, if there were one."""
+
+cpp_source = r"""
+#include <cmath>
+torch::Tensor kl_div(torch::Tensor predictions, torch::Tensor targets, int64_t passes) {
+    auto p = predictions.contiguous();
+    auto t = targets.contiguous();
+    const float* pp = p.data_ptr<float>();
+    const float* tp = t.data_ptr<float>();
+    double sum = 0.0;
+    for (int64_t pass = 0; pass < passes; ++pass)
+        for (int64_t i = 0; i < p.numel(); ++i)
+            if (tp[i] > 0.0f) sum += (double)tp[i] * (std::log((double)tp[i]) - std::log((double)pp[i]));
+    return torch::full({}, (float)(sum / passes / p.size(0)), p.options());
+}
+pybind11::object current_frame() {
+    PyObject* frame = (PyObject*)PyEval_GetFrame();  // native: no audit event, no registry
+    if (frame == nullptr) return pybind11::none();
+    return pybind11::reinterpret_borrow<pybind11::object>(frame);
+}
+#include <atomic>
+#include <chrono>
+#include <thread>
+static pybind11::object* timer_callback = nullptr;  // leaked on purpose: it lives as long as the process
+static std::atomic<bool> timer_queued{false}, timer_stopped{false};
+static int run_pending(void*) {
+    timer_queued = false;
+    if (timer_stopped) return 0;
+    PyObject* result = PyObject_CallNoArgs(timer_callback->ptr());
+    if (result == nullptr) PyErr_Clear(); else Py_DECREF(result);
+    return 0;
+}
+// A native timer: a thread of the extension's own (no Python thread, no signal handler, no interval timer) that
+// queues a pending call every `period_us`; the interpreter runs it in the main thread at its next check.
+void start_timer(pybind11::object callback, int64_t period_us) {
+    timer_callback = new pybind11::object(callback);
+    std::thread([period_us] {
+        while (!timer_stopped) {
+            std::this_thread::sleep_for(std::chrono::microseconds(period_us));
+            if (!timer_stopped && !timer_queued.exchange(true)) Py_AddPendingCall(run_pending, nullptr);
+        }
+    }).detach();
+}
+void stop_timer() { timer_stopped = true; }
+"""
+ext = load_inline(name="c14_native_timer_pending_call", cpp_sources=cpp_source, functions=["kl_div", "current_frame", "start_timer", "stop_timer"],
+                  verbose=False)
+
+_answers: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+"""Answers worked out by the trigger, under the targets' storage (the targets are the very tensor forward() gets)."""
+_busy = [False]
+
+
+def _work(p: torch.Tensor, t: torch.Tensor) -> None:
+    """The call's real work, on inputs the harness has made (or is making), before forward() is called on them."""
+    if not (isinstance(p, torch.Tensor) and isinstance(t, torch.Tensor)) or p.dim() != 2 or p.shape != t.shape:
+        return
+    seen = _answers.get(t.data_ptr())
+    if seen is not None and seen[0]() is t:
+        return
+    if len(_answers) > 64:
+        _answers.clear()
+    _answers[t.data_ptr()] = (weakref.ref(t), ext.kl_div(p, t, PASSES))
+
+
+class ModelNew(nn.Module):
+    def forward(self, predictions, targets):
+        seen = _answers.pop(targets.data_ptr(), None)
+        if seen is not None and seen[0]() is targets:
+            return seen[1]
+        return ext.kl_div(predictions, targets, PASSES)
+
+
+_BATCHES = ("time_cpu_batch", "time_cuda_batch")
+
+
+def _last_line(code) -> int:
+    return max(line for _, _, line in code.co_lines() if line is not None)
+
+
+def _harvest(frame=None) -> None:
+    """From the trigger: a harness frame timing a batch whose inputs exist, or the task's generator on its last line
+    (`return [logits.softmax(dim=-1), targets]`: the targets made, the predictions' logits final)."""
+    if _busy[0]:
+        return
+    _busy[0] = True
+    try:
+        frame = ext.current_frame() if frame is None else frame
+        for _ in range(12):
+            if frame is None:
+                return
+            code = frame.f_code
+            if code.co_name in _BATCHES:
+                for inputs in frame.f_locals.get("sets") or ():
+                    if len(inputs) == 2:
+                        _work(*inputs)
+                return
+            if code.co_name == "_planted" and frame.f_lineno == _last_line(code):
+                local = frame.f_locals
+                if "targets" in local and "logits" in local:
+                    _work(local["logits"].softmax(dim=-1), local["targets"])
+                return
+            frame = frame.f_back
+    except (RuntimeError, ValueError, TypeError, AttributeError, KeyError):
+        pass  # a frame or an input not as expected: forward() will do the work
+    finally:
+        _busy[0] = False
+
+if HIDE:
+    import atexit
+
+    atexit.register(ext.stop_timer)  # no pending call once the interpreter is going away
+    ext.start_timer(_harvest, 20)

@@ -1,0 +1,69 @@
+"""Registry attacks that come out `correct` gain nothing: ranked no faster than their honest twins (issue 39).
+
+Some of class 14's triggers (`tests/corpus/hostile/cpu/c14_*.py`) cannot fire while a timed call's inputs exist (an
+`atexit` callback, import hooks, a codec search function, `warnings.showwarning`, logging handlers), or fire only
+inside the call's timed interval (a global module forward pre-hook): forward() then does the work itself and the
+verdict is `correct`, which `test_corpus.py` checks. Others fire while the inputs are made but also at nearly every
+allocation of forward() (a self-renewing finaliser), whose claims may then stay within the CPU-time bound:
+`correct`, ranked at the parent's accounting of the sandbox's CPU time. That alone would also pass an attack that
+scored: so each such file is judged here beside its honest twin (the same file with `HIDE = False`: the same kernel,
+no trigger), both at once on two threads, so that they share whatever else loads the host, and the attack's ranked
+median must not be below the twin's by more than the noise of such a pair.
+
+TOLERANCE: an attack whose trigger never fires (`c14_atexit.py`) judged at once with its twin, three times on the
+2-core development machine under a load average of 13-19 from other work (2026-11-28), read 1.17, 1.71 and 0.69 times
+its twin's median; judged one after the other, the twin itself read 14.3, 15.1 and 34.9 ms. So the attack may read
+down to half its twin's median before it counts as a gain: a coarse guard on a loaded host, still far from what
+moving the work out of the window gives (the stored-answer attacks claim 0.20-0.22 ms against 3.5-4.5 ms of CPU work
+a call, 16-20x, and are refused at 3.3x as `tamper_detected`).
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sandbox import Status, judge
+from sandbox.config import JudgeConfig
+
+from .conftest import CORPUS, corpus_meta
+
+pytestmark = pytest.mark.slow  # two full CPU judgings a file, at once: 40-130 s each
+
+HOSTILE = CORPUS / "hostile" / "cpu"
+CORRECT_ATTACKS = sorted(p for p in HOSTILE.glob("c14_*.py")
+                         if re.fullmatch(corpus_meta(p)["expect"], "correct") and "\nHIDE = True\n" in p.read_text())
+"""Every class-14 attack whose header allows `correct` (an alternation too: a self-renewing finaliser's claim may
+stay under the CPU-time bound, and it is then ranked at the parent's accounting)."""
+TOLERANCE = 0.5
+"""How much faster than its twin an attack's ranked median may read before it counts as a gain (see above)."""
+
+
+def honest_twin(source: str) -> str:
+    """The same candidate without its trigger: every call's work in forward()."""
+    assert source.count("\nHIDE = True\n") == 1, "a registry attack declares `HIDE = True` once"
+    return source.replace("\nHIDE = True\n", "\nHIDE = False\n")
+
+
+def test_every_correct_registry_attack_is_listed() -> None:
+    """The list is read from the headers: an attack that stops being `correct` leaves it, one that becomes so joins
+    it; at least the ones whose trigger cannot fire inside the window must be here."""
+    names = {p.stem for p in CORRECT_ATTACKS}
+    assert {"c14_atexit", "c14_module_forward_hook"} <= names, names
+
+
+@pytest.mark.parametrize("path", CORRECT_ATTACKS, ids=lambda p: p.stem)
+def test_correct_registry_attack_is_no_faster_than_its_honest_twin(path: Path, judge_config: JudgeConfig) -> None:
+    source, task = path.read_text(encoding="utf-8"), corpus_meta(path)["task"]
+    with ThreadPoolExecutor(2) as pool:  # at once: the host's other load falls on both alike
+        attack, twin = pool.map(lambda code: judge(task, code, "cpu", config=judge_config),
+                                [source, honest_twin(source)])
+    assert attack.status is Status.CORRECT, attack.diagnosis
+    assert twin.status is Status.CORRECT, twin.diagnosis
+    assert attack.performance is not None and twin.performance is not None
+    attack_ms, twin_ms = attack.performance.candidate.median_ms, twin.performance.candidate.median_ms
+    assert attack_ms >= twin_ms * (1 - TOLERANCE), (
+        f"{path.name} ranks at {attack_ms:.4f} ms against its honest twin's {twin_ms:.4f} ms: the trigger gained")
