@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression  # pytest's own reading of `-m`, so the two never disagree
 
 PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 # Workers and `serve` started by the tests (and in-process workers) build no shared precompiled headers in the
@@ -73,8 +74,6 @@ def _marked_integrations(path: Path) -> bool:
 
 def _selects_integrations(config: pytest.Config) -> bool:
     """Whether the run's `-m` expression keeps a test marked `integrations` (and so `slow`)."""
-    from _pytest.mark.expression import Expression  # pytest's own reading of `-m`, so the two never disagree
-
     expression = config.getoption("markexpr")
     return not expression or Expression.compile(expression).evaluate(
         lambda name, **kwargs: name in ("integrations", "slow"))
