@@ -7,8 +7,10 @@ README's "A first tour" block through bash in the repository root, in order, as 
 edits are the user's own: the key answered by the first `curl` replaces `kj_...`, the ids the CLI prints replace
 `<id>` and `<batch id>`, and another `--port` is said in JUDGE_URL and `fake-model`, as the README asks. The
 command ending in `&` (the fake model server) is started in the background and waited for on its port, as a
-user would see it answer before the next line. Prints each step's seconds and the total; every process it started
-is stopped at the end. Exits 1 if a step fails.
+user would see it answer before the next line. Prints each step's seconds and the total, with the CPU seconds the
+step cost (the step's own commands, and serve with its worker and sandboxed children) and the load average: on a
+machine shared with other work the wall clock says more about the others than about the tour. Every process it
+started is stopped at the end. Exits 1 if a step fails.
 
     .venv/bin/python scripts/tour.py                  # --port/--model-port when 8000/8100 are taken
 """
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -86,6 +89,32 @@ def _wait_ready(url: str, serve: subprocess.Popen) -> float:
         if time.monotonic() - start > READY_TIMEOUT_S:
             raise RuntimeError(f"/readyz did not answer 200 within {READY_TIMEOUT_S:.0f} s")
         time.sleep(0.5)
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds spent so far by process `root` and its descendants, the reaped ones included (/proc's utime,
+    stime, cutime and cstime of the living ones)."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile: its time is in its parent's cutime once reaped
+            continue
+        stats[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK"))
+    total = 0.0
+    for pid, (_, cpu) in stats.items():
+        ancestor = pid
+        while ancestor > 1 and ancestor != root:
+            ancestor = stats.get(ancestor, (1, 0.0))[0]
+        total += cpu if ancestor == root else 0.0
+    return total
+
+
+def _own_children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class Tour:
@@ -170,16 +199,17 @@ def main() -> int:
     serve = subprocess.Popen(["bash", "-c", f"exec env {serve_command}"], cwd=ROOT, env=env, start_new_session=True,
                              stdout=open(fresh / "serve.log", "w"), stderr=subprocess.STDOUT)
     tour = Tour(env, args.port, args.model_port)
-    times: list[tuple[str, float]] = []
+    times: list[tuple[str, float, float]] = []
     try:
         ready = _wait_ready(f"http://127.0.0.1:{args.port}", serve)
-        print(f"serve ready after {ready:.1f} s (log: {fresh / 'serve.log'})", flush=True)
+        print(f"serve ready after {ready:.1f} s (log: {fresh / 'serve.log'}); load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         for command in tour_commands((ROOT / "README.md").read_text()):
             prepared = tour.prepared(command)
             print(f"\n$ {prepared}", flush=True)
-            start = time.monotonic()
+            start, cpu = time.monotonic(), _tree_cpu_s(serve.pid) + _own_children_cpu_s()
             output = tour.run(prepared)
-            times.append((command, time.monotonic() - start))
+            times.append((command, time.monotonic() - start, _tree_cpu_s(serve.pid) + _own_children_cpu_s() - cpu))
             tour.learn(prepared, output)
     except (RuntimeError, KeyError, ValueError, subprocess.SubprocessError) as exc:
         print(f"\nthe tour stopped: {exc}", file=sys.stderr)
@@ -191,11 +221,12 @@ def main() -> int:
     return 0
 
 
-def _report(times: list[tuple[str, float]]) -> None:
-    print("\nseconds  step")
-    for command, seconds in times:
-        print(f"{seconds:7.1f}  {_uncommented(command)[:100]}")
-    print(f"{sum(s for _, s in times):7.1f}  total after serve was ready")
+def _report(times: list[tuple[str, float, float]]) -> None:
+    print("\nseconds  CPU s  step")
+    for command, seconds, cpu in times:
+        print(f"{seconds:7.1f} {cpu:6.1f}  {_uncommented(command)[:100]}")
+    print(f"{sum(s for _, s, _ in times):7.1f} {sum(c for _, _, c in times):6.1f}  total after serve was ready; "
+          f"load average {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[2]:.1f} (15 min)")
 
 
 if __name__ == "__main__":
