@@ -7,11 +7,16 @@ emptied before each test, dropped at the end.
 The `slow` marker is given by what a test uses: any test that needs one of SLOW_FIXTURES (directly or through
 another fixture) is marked here, so `pytest -m "not slow"` leaves out real builds, sandboxed children, servers,
 workers and browsers without anyone marking tests by hand; modules that start such things without a fixture say
-`pytestmark = pytest.mark.slow` themselves.
+`pytestmark = pytest.mark.slow` themselves. Modules that import the trainer libraries of the [test-integrations]
+extra say `pytestmark = pytest.mark.integrations`, which makes their tests slow too: the fast tier installs only
+[test] (README.md), and without the trainers a run that leaves their tests out does not import those modules.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import os
 import uuid
 import zlib
@@ -19,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression  # pytest's own reading of `-m`, so the two never disagree
 
 PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 # Workers and `serve` started by the tests (and in-process workers) build no shared precompiled headers in the
@@ -47,9 +53,45 @@ over two processes (`-n 2 --dist loadfile`, README.md), and a long file handed o
 end while the other process sits idle."""
 
 
+INTEGRATIONS_ONLY = ("trl", "verifiers", "transformers", "datasets", "tokenizers")
+"""Packages that only the [test-integrations] extra installs (TRL and verifiers, and what they bring): a test module
+importing one is marked `integrations` (tests/test_readme.py checks it)."""
+
+
+@functools.cache
+def _integrations_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("trl", "verifiers"))
+
+
+def _marked_integrations(path: Path) -> bool:
+    """The module's `pytestmark` names `integrations`, read from its text: importing it is what must not happen."""
+    text = path.read_text()
+    if "integrations" not in text:
+        return False
+    return any(isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)
+               and "integrations" in ast.unparse(node.value) for node in ast.parse(text).body)
+
+
+def _selects_integrations(config: pytest.Config) -> bool:
+    """Whether the run's `-m` expression keeps a test marked `integrations` (and so `slow`)."""
+    expression = config.getoption("markexpr")
+    return not expression or Expression.compile(expression).evaluate(
+        lambda name, **kwargs: name in ("integrations", "slow"))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Without the [test-integrations] extra, the fast tier (`-m "not slow"`) leaves the modules that import it
+    uncollected; a run that selects their tests imports them and fails on the missing package, naming it."""
+    if (collection_path.suffix == ".py" and collection_path.name.startswith("test_") and not _integrations_installed()
+            and _marked_integrations(collection_path) and not _selects_integrations(config)):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if (SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or item.get_closest_marker("integrations") is not None):
             item.add_marker(pytest.mark.slow)
     _one_database_per_process_test(config, items)
     items.sort(key=_longest_first)  # stable: each file keeps its own order

@@ -28,10 +28,12 @@ def _fenced_lines(text: str) -> list[tuple[int, str]]:
 
 def test_the_readme_is_short_and_its_first_screen_has_the_two_commands():
     assert len(README.splitlines()) < 200
-    # CI runs the README's test command: the same line as .ci/run's pytest call, after the install of [test].
-    ci_pytest = next(line for line in (ROOT / ".ci" / "run").read_text().splitlines()
-                     if line.startswith(".venv/bin/python -m pytest"))
-    test_command = f".venv/bin/pip install -e '.[test]' && {ci_pytest}"
+    # CI runs the README's test command: the same line as .ci/run's pytest call, after the same install of the
+    # extra that brings everything (.ci/run's `-q` aside).
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    ci_pytest = next(line for line in ci if line.startswith(".venv/bin/python -m pytest"))
+    assert ".venv/bin/pip install -q -e '.[test-integrations]'" in ci
+    test_command = f".venv/bin/pip install -e '.[test-integrations]' && {ci_pytest}"
     blocks = dict((line, number) for number, line in _fenced_lines(README))
     for command in (INSTALL_AND_SERVE, test_command):
         assert command in blocks and blocks[command] <= FIRST_SCREEN_LINES, command
@@ -87,3 +89,88 @@ def test_the_tours_files_exist_and_its_batch_adds_no_precompiled_header():
         code = sample.source.rsplit("```python\n", 1)[-1].split("```", 1)[0]  # a completion's code block
         assert wanted_flag_sets(code) == flags, sample.sample_index
     assert len(builds) >= 5  # real builds, not only cheap verdicts
+
+
+def _closure(extras: dict[str, list[str]], extra: str) -> set[str]:
+    """The distribution names an extra asks for, its references to this project's other extras followed."""
+    from packaging.requirements import Requirement
+
+    names = set()
+    for line in extras[extra]:
+        requirement = Requirement(line)
+        if requirement.name == "kernel-judge":
+            for inner in requirement.extras:
+                names |= _closure(extras, inner)
+        else:
+            names.add(canonicalize_name(requirement.name))
+    return names
+
+
+def _installed_closure(names: set[str]) -> set[str]:
+    """`names` and everything they require as installed here (their own extras left out), by distribution name."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import Requirement
+
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            wanted = requires(name) or []
+        except PackageNotFoundError:  # a requirement of another platform or Python, not installed here
+            continue
+        for line in wanted:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(requirement.name))
+    return seen
+
+
+def canonicalize_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+TRAINERS = {"trl", "verifiers", "transformers", "accelerate", "datasets"}
+"""What takes minutes to install and only the slow tier's trainer-adapter tests use (issue 42: 280 s for [test])."""
+
+
+def test_the_fast_tiers_extra_leaves_the_trainers_to_the_full_one():
+    """README's fast tier installs [test], which brings no trainer library, not even through a dependency (read
+    from what is installed here); [test-integrations], which CI and the full test command install, brings [test]
+    and the trainers."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    light, full = _closure(extras, "test"), _closure(extras, "test-integrations")
+    assert light < full and {"trl", "verifiers"} <= full
+    assert not TRAINERS & _installed_closure(light), TRAINERS & _installed_closure(light)
+    fast_tier = ".venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -m \"not slow\""
+    assert fast_tier in [line for _, line in _fenced_lines(README)]
+
+
+def test_every_module_importing_a_trainer_is_marked_integrations():
+    """Without [test-integrations] the fast tier must not import these modules (tests/conftest.py leaves out those
+    marked `integrations`), so a top-level import of a trainer library, or of the adapter module that imports one,
+    needs the mark; and the mark is what makes their tests slow."""
+    import ast
+
+    from tests.conftest import INTEGRATIONS_ONLY, _marked_integrations
+
+    wanting = ("service.integrations.verifiers", *INTEGRATIONS_ONLY)
+    found = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if "corpus" in path.parts:
+            continue
+        imported = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+        if any(name == want or name.startswith(want + ".") for name in imported for want in wanting):
+            found.append(path.relative_to(ROOT).as_posix())
+            assert _marked_integrations(path), f"{path.name} imports a trainer library without the mark"
+    assert "tests/integrations/test_trl.py" in found and "tests/integrations/test_verifiers.py" in found

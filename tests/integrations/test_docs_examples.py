@@ -29,7 +29,8 @@ from service.integrations.trl import KernelReward
 from service.integrations.verifiers import KernelTaskset
 from tests.integrations.conftest import HACK, PROSE, ROOT, doc_block
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the first judged kernel is built: minutes under load
+# the first judged kernel is built: minutes under load; transformers and verifiers: the [test-integrations] extra
+pytestmark = [pytest.mark.slow, pytest.mark.integrations, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture

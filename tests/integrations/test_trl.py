@@ -22,6 +22,8 @@ from service.integrations.trl import AsyncKernelReward, KernelReward
 from tests.integrations.conftest import COMPLETION_OF_CORRECT, HACK, PROSE
 from tests.service.conftest import free_port
 
+pytestmark = pytest.mark.integrations  # TRL and transformers: the [test-integrations] extra
+
 WORDS = ["<pad>", "<eos>", "<unk>", "write", "a", "kernel", "class", "ModelNew", "import", "torch"]
 
 

@@ -14,6 +14,8 @@ from service.integrations.verifiers import KernelTask, KernelTaskConfig, KernelT
 from tests.integrations.conftest import COMPLETION_OF_CORRECT, HACK
 from tests.service.conftest import free_port
 
+pytestmark = pytest.mark.integrations  # verifiers: the [test-integrations] extra
+
 
 def _trace(task: KernelTask, reply: str) -> vf.Trace:
     """What a rollout hands to scoring: the task and the agent's final reply."""
