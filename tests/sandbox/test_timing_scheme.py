@@ -393,7 +393,9 @@ def test_a_gpu_batch_queues_its_lead_and_its_inputs_before_the_first_call_and_ti
              for i in range(3)]
     batch = timing.time_cuda_batch(clock, calls)
     per_call = ["flush", "event", "call {}", "event"]
-    expected = ["sync", "event", *["flush"] * 6, "make 0", "make 1", "make 2",
+    lead = clock.state().lead(3)  # the batch's lead covers the queueing of its three calls
+    assert lead == math.ceil(max(0.5, shared_timing.LEAD_MAKE_FACTOR * 3 * shared_timing.LEAD_CALL_HOST_MS) / 0.09)
+    expected = ["sync", "event", *["flush"] * lead, "make 0", "make 1", "make 2",
                 *[step.format(i) for i in range(3) for step in per_call], "sync"]
     assert log == expected
     assert batch.events_ms == [1.0, 1.0, 1.0] and not batch.hidden_work and batch.times_ms == [1.0] * 3
