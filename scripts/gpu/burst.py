@@ -205,7 +205,8 @@ def row_of(cand: dict, sub: dict) -> dict:
             "absent_language": cand.get("absent_language"), "status": status, "done": sub["status"] == "done",
             "as_expected": as_expected,
             "attempts": sub.get("attempts"), "finished_at": (sub.get("timestamps") or {}).get("finished_at"),
-            "held_s_verdict": cost.get("device_held_s"), "diagnosis": diagnosis[:200]}
+            "held_s_verdict": cost.get("device_held_s"), "diagnosis": diagnosis[:600],
+            "rule": (verdict.get("details") or {}).get("rule")}
 
 
 def markdown(report: dict) -> str:
@@ -271,6 +272,7 @@ def main() -> int:
         with httpx.Client(base_url=base, timeout=30) as client:
             key = client.post("/v1/keys", json={"submitter": "burst"},
                               headers={"Authorization": f"Bearer {ADMIN}"}).json()["key"]
+            client.headers["Authorization"] = f"Bearer {key}"  # its own submissions' diagnostics are private to it
             burst_at, burst_utc = time.monotonic(), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
             posted = asyncio.run(post_all(base, key, cands))
             subs = follow(client, posted, server, args.timeout)
