@@ -74,23 +74,24 @@ class TimedPhase:
             clock_details = {"check": again.as_dict(), "retimed": True, "first": throttle.as_dict()}
             if again.throttled:
                 self.unranked_reason = f"the card was throttled during both timings: {again.detail}"
-        self.check_trace(details)
-        device_type = torch.device(self.device).type
-        details["timing"] = dataclasses.asdict(self.timing_details(warm, timed, reps, size, clock_details))
-        claims = [b.claim_ms for b in timed]
-        windows = [b.window_ms for b in timed]
-        judge = [b.judge_ms for b in timed]
-        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
-        empty_window = min(c.window_ms for c in self.empty_calls)
-        # The empty batches made real inputs too (calibrate), so the windows and CPU times beyond theirs are the calls'.
-        breach = (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
-                                            training=self.task.training is not None)
-                  or plausibility.untimed_work_bound(claims, windows, empty_window, device_type)
-                  or plausibility.unexplained_wall([b.unexplained_ms for b in timed],
-                                                   [c.unexplained_ms for c in self.empty_calls], windows, device_type)
-                  or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
+        breach = self.bounds_breach(timed)
         if breach:
-            raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
+            # The bounds read the host's clocks (wall windows, CPU time, a span the host's queueing shapes), which a
+            # host loaded by other work (a burst's builds on the same cores) stretches as hidden work does. Timed
+            # once more, fresh: hidden work breaches again; a passing load does not. Two honest cross_entropy kernels
+            # were refused during a burst through `serve` on an H200 (2026-11-28), one judged correct in a smaller one.
+            (warm, timed), again = self.clocked(lambda: self.timed_batches(reps, size))
+            clock_details = {"check": again.as_dict(), "retimed": True, "first": clock_details["check"],
+                             "first_breach": {"rule": breach.rule, "diagnosis": breach.diagnosis}}
+            breach = self.bounds_breach(timed)
+        self.check_trace(details)  # once, over every traced batch of both timings where there were two
+        details["timing"] = dataclasses.asdict(self.timing_details(warm, timed, reps, size, clock_details))
+        if breach:
+            raise _Stop(Status.TAMPER_DETECTED, f"{breach.diagnosis} (in two timings)", rule=breach.rule,
+                        **breach.details)
+        device_type = torch.device(self.device).type
+        claims = [b.claim_ms for b in timed]
+        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
         scale = plausibility.cpu_scale(claims, runs, empty_runs) if not self.is_cuda else 1.0
         details["timing"]["cpu_scale"] = scale
         ranked = [b.ranked_ms * scale for b in timed]
@@ -100,6 +101,21 @@ class TimedPhase:
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, breach.diagnosis, rule=breach.rule, **breach.details)
         return perf, details["timing"]["hidden_work"]
+
+    def bounds_breach(self, timed: list[TimedCall]) -> plausibility.Breach | None:
+        """The first bound the timed batches breach (sandbox/execution/plausibility.py), or None."""
+        device_type = torch.device(self.device).type
+        claims, windows = [b.claim_ms for b in timed], [b.window_ms for b in timed]
+        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
+        empty_window = min(c.window_ms for c in self.empty_calls)
+        # The empty batches made real inputs too (calibrate), so the windows and CPU times beyond theirs are the calls'.
+        return (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
+                                          training=self.task.training is not None)
+                or plausibility.untimed_work_bound(claims, windows, empty_window, device_type)
+                or plausibility.unexplained_wall([b.unexplained_ms for b in timed],
+                                                 [c.unexplained_ms for c in self.empty_calls], windows, device_type)
+                or plausibility.unattributed_work([b.excess_ms for b in timed], [b.judge_ms for b in timed], claims,
+                                                  device_type))
 
     def timing_details(self, warm: list[TimedCall], timed: list[TimedCall], reps: int, size: int,
                        clocks_seen: dict[str, Any]) -> TimingDetails:
