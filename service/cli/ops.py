@@ -112,6 +112,7 @@ def serve(host: Annotated[str, typer.Option(help="Interface to listen on.")] = "
         # JUDGE_PARENT_PID: the worker exits when this process dies, even by SIGKILL, so no orphan is left.
         env = {**os.environ, "DATABASE_URL": settings.db_url, "JUDGE_PARENT_PID": str(os.getpid())}
         worker = subprocess.Popen([sys.executable, "-m", "service.cli.main", "worker", "--no-migrate"], env=env)
+        os.environ["JUDGE_LOCAL_WORKER_PID"] = str(worker.pid)  # the API's readiness waits for it (Settings)
     # uvicorn captures SIGTERM during run() and raises it again once it has shut down; with the default
     # handler that would end this process before `finally`, leaving the worker orphaned.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

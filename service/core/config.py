@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     """Where the default SQLite database lives (a relative JUDGE_DATA_DIR is taken from the current directory)."""
     admin_key: str | None = None
     """Bearer token allowed to mint, list and revoke API keys over HTTP. Unset: admin routes answer 403."""
+    local_worker_pid: int | None = None
+    """The worker `kernel-judge serve` started beside this API (set by serve itself): /readyz answers 503 until it has
+    registered, because what the service can judge (a CUDA candidate refused at once on a CPU-only host) is read from
+    the registered workers, and a submission sent before that would wait for a worker that will never claim it."""
 
     # --- submissions ---------------------------------------------------------------------------
     max_source_bytes: int = 256 * 1024

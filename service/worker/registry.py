@@ -53,3 +53,10 @@ def local_stalls(session: Session, pid: int | None = None) -> dict[str, list[dic
         WorkerRow.host == socket.gethostname(), WorkerRow.stopped_at.is_(None))).all()
     return {ident: (stats or {}).get("stalled") for ident, worker_pid, stats in rows
             if (stats or {}).get("stalled") and pid in (worker_pid, parent_of(worker_pid))}
+
+
+def registered(session: Session, pid: int) -> bool:
+    """Whether the worker process `pid` of this host has registered and not stopped (readiness of `serve`)."""
+    return session.scalar(select(WorkerRow.id).where(
+        WorkerRow.host == socket.gethostname(), WorkerRow.pid == pid, WorkerRow.stopped_at.is_(None)).limit(1)) \
+        is not None

@@ -118,6 +118,12 @@ def test_serve_runs_api_and_worker_and_stops_both(tmp_path, judge_dirs):
         assert (tmp_path / "data" / "judge.db").exists()
         key = httpx.post(f"{base}/v1/keys", json={"submitter": "bob"},
                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()["key"]
+        # Ready means its worker has said what it can judge: a CUDA candidate sent at once is refused, not queued
+        # for a worker that will never claim it (a burst sent right after /readyz once left such jobs queued).
+        cuda = (Path(__file__).parents[1] / "corpus" / "cuda" / "kl_div_fast.py").read_text()
+        refused = httpx.post(f"{base}/v1/submissions", headers={"Authorization": f"Bearer {key}"},
+                             json={"task": "kl_div", "source": cuda})
+        assert refused.status_code == 422 and "gpu" in refused.text.lower(), refused.text
         sub = httpx.post(f"{base}/v1/submissions", headers={"Authorization": f"Bearer {key}"},
                          json={"task": "kl_div", "source": SOURCE}).json()
         wait_for(lambda: httpx.get(f"{base}/v1/submissions/{sub['id']}").json()["status"] == "done", 240,

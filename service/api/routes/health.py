@@ -21,7 +21,7 @@ from service.core.security import same_secret
 from service.db.models import Job, utcnow
 from service.queue.states import ACTIVE, JobState
 from service.worker import headers
-from service.worker.registry import local_stalls
+from service.worker.registry import local_stalls, registered
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def readyz(request: Request, db: DatabaseDep, settings: SettingsDep):  # noqa: A
     (an idle worker holds none, so 0 does not mean no worker is running); and `shared_headers`, the running
     workers' build of the shared precompiled headers (`building` with its progress, then `done`). 503 "worker
     stalled" while the worker that this process runs or started (`kernel-judge serve`'s) has stalled jobs whose
-    threads have not come back."""
+    threads have not come back; 503 "worker starting" until that worker has registered (Settings.local_worker_pid)."""
     try:
         with db.transaction(read_only=True) as session:
             revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -61,6 +61,7 @@ def readyz(request: Request, db: DatabaseDep, settings: SettingsDep):  # noqa: A
             workers = session.scalar(select(func.count(func.distinct(Job.worker_id))).where(
                 Job.state.in_(ACTIVE), Job.lease_expires_at > utcnow()))
             stalls = local_stalls(session)
+            starting = settings.local_worker_pid is not None and not registered(session, settings.local_worker_pid)
             shared_headers = headers.progress(session)
     except Exception as exc:  # noqa: BLE001 -- any database failure means "not ready"
         log.warning("readyz: the database failed: %s", exc)
@@ -78,6 +79,10 @@ def readyz(request: Request, db: DatabaseDep, settings: SettingsDep):  # noqa: A
     if revision != head:
         return JSONResponse(status_code=503, content={"status": "migrations pending",
                                                       "detail": {"revision": revision, "head": head}})
+    if starting:  # serve's worker has not said what it can judge: a submission now could wait for nobody
+        return JSONResponse(status_code=503, content={"status": "worker starting", "detail": {
+            "reason": "the worker this service started has not registered yet; what it can judge is known once it "
+                      "has"}})
     if stalls:  # its watchdog saw jobs stuck far past their phase's limit (service.worker.watchdog)
         return JSONResponse(status_code=503, content={"status": "worker stalled", "detail": {
             "reason": "the local worker holds jobs stuck far past their phase's limit; they went back to the queue "
