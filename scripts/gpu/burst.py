@@ -125,15 +125,24 @@ async def post_all(base: str, key: str, cands: list[dict]) -> list[str]:
         async def post(c: dict) -> str:
             r = await client.post("/v1/submissions", json={"task": c["task"], "source": c["source"],
                                                            "model": "burst", "tags": ["burst"]})
+            if r.status_code == 422 and c.get("absent_language"):  # no worker here can judge its language
+                return REFUSED + r.text
             r.raise_for_status()
             return r.json()["id"]
 
         return list(await asyncio.gather(*(post(c) for c in cands)))
 
 
+REFUSED = "refused at submission: "
+"""What `post_all` returns for a candidate the service refused at once (422: no worker can judge its language)."""
+
+
 def follow(client: httpx.Client, ids: list[str], server: subprocess.Popen, timeout: float) -> dict[str, dict]:
-    """Every submission as the API returns it, until all are done or `timeout` passes (then the rest as they are)."""
-    done: dict[str, dict] = {}
+    """Every submission as the API returns it, until all are done or `timeout` passes (then the rest as they are);
+    a candidate refused at submission as a done one whose verdict is that refusal."""
+    done: dict[str, dict] = {sub: {"id": None, "status": "done", "attempts": 0,
+                                   "verdict": {"status": "refused", "diagnosis": sub[len(REFUSED):]}}
+                             for sub in ids if sub.startswith(REFUSED)}
     deadline = time.monotonic() + timeout
     while len(done) < len(ids) and time.monotonic() < deadline and server.poll() is None:
         for sub in ids:
@@ -198,8 +207,10 @@ def row_of(cand: dict, sub: dict) -> dict:
     cost = (verdict.get("details") or {}).get("cost") or {}
     diagnosis = verdict.get("diagnosis") or ""
     as_expected = sub["status"] == "done" and bool(re.fullmatch(cand["expect"], status or ""))
-    if cand.get("absent_language"):  # refused for the missing language, not for anything else in the file
-        as_expected = as_expected and f"{cand['absent_language']!r} is not installed here" in diagnosis
+    if cand.get("absent_language"):  # refused for the missing language (at submission, or by the judge), not for
+        # anything else in the file
+        as_expected = sub["status"] == "done" and (f"{cand['absent_language']!r} is not installed here" in diagnosis
+                                                   if status != "refused" else cand["absent_language"] in diagnosis)
     return {"id": sub["id"], "file": cand["file"], "copy": cand["copy"], "task": cand["task"],
             "expect": cand["expect"], "declared": cand.get("declared", cand["expect"]),
             "absent_language": cand.get("absent_language"), "status": status, "done": sub["status"] == "done",
