@@ -44,7 +44,10 @@ PROCESS_FIXTURES = frozenset({"spawn", "live_api"})
 """Fixtures that start real API and worker processes: tests using them run on ONE of the two databases (below)."""
 
 
-LONGEST_FILES = ("sandbox/test_corpus.py", "sandbox/test_accelerators_differential.py", "service/test_burst.py",
+LONGEST_FILES = ("sandbox/test_corpus_hostile_attacks.py", "sandbox/test_corpus_hostile_registries.py",
+                 "sandbox/test_corpus.py", "service/test_builders.py", "sandbox/test_registry_attacks.py",
+                 "service/test_disk_full_waits.py", "sandbox/test_accelerators_differential.py",
+                 "service/test_burst.py",
                  "service/test_drills.py", "sandbox/test_compile_errors.py", "sandbox/test_build_accel.py",
                  "sandbox/test_warm_children.py", "sandbox/test_shared_build_cache.py", "service/test_fake_model.py",
                  "sandbox/test_build_stalls.py", "web/test_shared_headers.py")

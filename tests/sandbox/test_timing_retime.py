@@ -8,6 +8,8 @@ CPU kernel, and the bounds are made to breach on the first reading only, or on e
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
 
 from sandbox import Status, judge
@@ -20,12 +22,12 @@ HONEST = CORPUS / "cpu" / "kl_div_cpp_correct.py"
 pytestmark = pytest.mark.slow  # two full CPU judgings
 
 
-def _breaching(times: int):
+def _breaching(times: int) -> tuple[Callable[..., Any], dict[str, Any]]:
     """A `bounds_breach` that reports a breach on its first `times` readings, then what the real bounds say."""
     real = TimedPhase.bounds_breach
     seen = {"readings": 0, "batches": []}
 
-    def bounds_breach(self, timed):
+    def bounds_breach(self: TimedPhase, timed: list) -> plausibility.Breach | None:
         seen["readings"] += 1
         seen["batches"].append(len(timed))
         if seen["readings"] <= times:
