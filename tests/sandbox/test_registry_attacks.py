@@ -3,8 +3,9 @@
 Some of class 14's triggers (`tests/corpus/hostile/cpu/c14_*.py`) cannot fire while a timed call's inputs exist (an
 `atexit` callback, import hooks, a codec search function, `warnings.showwarning`, logging handlers), or fire only
 inside the call's timed interval (a global module forward pre-hook): forward() then does the work itself and the
-verdict is `correct`, which `test_corpus_hostile_registries.py` checks. Others fire while the inputs are made but also at nearly every
-allocation of forward() (a self-renewing finaliser), whose claims may then stay within the CPU-time bound:
+verdict is `correct`, which `test_corpus_hostile_registries.py` checks. Others fire while the inputs are made but
+also at nearly every allocation of forward() (a self-renewing finaliser), whose claims may then stay within the
+CPU-time bound:
 `correct`, ranked at the parent's accounting of the sandbox's CPU time. That alone would also pass an attack that
 scored: so each such file is judged here beside its honest twin (the same file with `HIDE = False`: the same kernel,
 no trigger), both at once on two threads, so that they share whatever else loads the host, and the attack's ranked
