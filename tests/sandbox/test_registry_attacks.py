@@ -35,10 +35,16 @@ from .conftest import CORPUS, corpus_meta
 pytestmark = pytest.mark.slow  # two full CPU judgings a file, at once: 40-130 s each
 
 HOSTILE = CORPUS / "hostile" / "cpu"
-CORRECT_ATTACKS = sorted(p for p in HOSTILE.glob("c14_*.py")
-                         if re.fullmatch(corpus_meta(p)["expect"], "correct") and "\nHIDE = True\n" in p.read_text())
-"""Every class-14 attack whose header allows `correct` (an alternation too: a self-renewing finaliser's claim may
-stay under the CPU-time bound, and it is then ranked at the parent's accounting)."""
+FIRING_ATTACKS = sorted(p for p in HOSTILE.glob("c14_*.py")
+                        if corpus_meta(p)["expect"] != "correct" and re.fullmatch(corpus_meta(p)["expect"], "correct")
+                        and "\nHIDE = True\n" in p.read_text())
+"""The class-14 attacks whose trigger fires while the inputs exist and whose header allows `correct` beside a refusal
+(a self-renewing finaliser, a native pending call: the claim may stay under the CPU-time bound, and it is then ranked
+at the parent's accounting). The ones declared plainly `correct` never fire inside the window (atexit, import hooks, a
+codec search, `warnings.showwarning`, logging handlers) or fire inside the call's own interval (a module forward
+pre-hook): forward() does the work, which test_corpus_hostile_registries.py judges and the GPU run compares with their
+twins (docs/results/integrity-v4-h200-2026-11-28.md); judging each beside a twin here would add a pair of judgings
+to CI for a comparison their trigger cannot change."""
 TOLERANCE = 0.5
 """How much faster than its twin an attack's ranked median may read before it counts as a gain (see above)."""
 
@@ -49,20 +55,23 @@ def honest_twin(source: str) -> str:
     return source.replace("\nHIDE = True\n", "\nHIDE = False\n")
 
 
-def test_every_correct_registry_attack_is_listed() -> None:
-    """The list is read from the headers: an attack that stops being `correct` leaves it, one that becomes so joins
-    it; at least the ones whose trigger cannot fire inside the window must be here."""
-    names = {p.stem for p in CORRECT_ATTACKS}
-    assert {"c14_atexit", "c14_module_forward_hook"} <= names, names
+def test_every_firing_registry_attack_is_listed() -> None:
+    """The list is read from the headers: at least the finaliser-driven and native triggers must be in it."""
+    names = {p.stem for p in FIRING_ATTACKS}
+    assert {"c14_asyncio_stack_walker", "c14_unraisable_hook", "c14_native_timer_pending_call"} <= names, names
 
 
-@pytest.mark.parametrize("path", CORRECT_ATTACKS, ids=lambda p: p.stem)
-def test_correct_registry_attack_is_no_faster_than_its_honest_twin(path: Path, judge_config: JudgeConfig) -> None:
-    source, task = path.read_text(encoding="utf-8"), corpus_meta(path)["task"]
+@pytest.mark.parametrize("path", FIRING_ATTACKS, ids=lambda p: p.stem)
+def test_a_firing_registry_attack_is_refused_or_no_faster_than_its_honest_twin(path: Path,
+                                                                              judge_config: JudgeConfig) -> None:
+    meta = corpus_meta(path)
+    source, task = path.read_text(encoding="utf-8"), meta["task"]
     with ThreadPoolExecutor(2) as pool:  # at once: the host's other load falls on both alike
         attack, twin = pool.map(lambda code: judge(task, code, "cpu", config=judge_config),
                                 [source, honest_twin(source)])
-    assert attack.status is Status.CORRECT, attack.diagnosis
+    assert re.fullmatch(meta["expect"], attack.status.value), attack.diagnosis
+    if attack.status is not Status.CORRECT:
+        return  # refused: no score, nothing gained
     assert twin.status is Status.CORRECT, twin.diagnosis
     assert attack.performance is not None and twin.performance is not None
     attack_ms, twin_ms = attack.performance.candidate.median_ms, twin.performance.candidate.median_ms
