@@ -129,6 +129,18 @@ class Cgroup:
         except (OSError, ValueError):
             return False
 
+    def limit_reached(self) -> bool:
+        """The job's memory reached its own limit (cgroup v2 `memory.events` "oom", v1 `memory.failcnt`): what an
+        OOM kill inside it then was is the job's doing, not the host's (sandbox/build/blame.py)."""
+        mem = self.paths["memory"]
+        try:
+            if self.version == 2:
+                events = dict(line.split() for line in (mem / "memory.events").read_text().splitlines())
+                return int(events.get("oom", 0)) > 0
+            return int((mem / "memory.failcnt").read_text()) > 0
+        except (OSError, ValueError):
+            return False
+
     def memory_usage(self) -> int | None:
         """Bytes of memory the job's processes hold now (page cache of their files included)."""
         mem = self.paths["memory"]

@@ -21,6 +21,7 @@ import torch
 
 from reference import Task, TaskId, get_task
 from sandbox.build import advice as build_advice
+from sandbox.build import blame
 from sandbox.build import compiler
 from sandbox.build import errors as compile_errors
 from sandbox.build.stall import StallWatch
@@ -250,9 +251,20 @@ def _run_build(task: Task, paths: compiler.KeyPaths, target: str, config: JudgeC
     except isolation.IsolationError as exc:  # (the offer asks which sandbox runs: none may work on this host)
         return compiler.BuildResult(ok=False, build_failed=False, log="", seconds=time.monotonic() - started,
                                  infrastructure=f"the build sandbox could not start: {exc}")
-    extra.update(offer.env)
-    result = _build_child(task, paths, config, extra, offer.binds, started)
+    result = _build_child(task, paths, config, {**extra, **offer.env}, offer.binds, started)
+    named = blame.accelerators_named((result.error or {}).get("message", "")) if result.build_failed else None
+    if named and (offer.env or offer.binds):
+        # The message names the judge's accelerators (torch's message holds the last ninja run's output: the build
+        # hooks' own retries without them came before it). Whether they were in the way is not the candidate's text
+        # to say (sandbox/build/blame.py): built once more with none offered, that build's outcome is the candidate's.
+        compiler.empty_build_dir(paths)
+        result = _build_child(task, paths, config, extra, {}, started)
+        result = replace(result, log=f"{REBUILT_NOTE} ({named!r})\n{result.log}")
     return replace(result, pch_building_s=offer.pch_building_s)
+
+
+REBUILT_NOTE = "[judge] built again with none of the judge's accelerators offered: the first build's errors named them"
+"""The first line of the log of a build made again without accelerators (`_run_build`)."""
 
 
 def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extra: dict[str, str],
@@ -263,6 +275,7 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
         return compiler.BuildResult(ok=False, build_failed=False, log=log, seconds=time.monotonic() - started,
                                  error=error, infrastructure=why)
 
+    oom_kills_before = blame.host_oom_kills()
     try:
         session = ChildSession("compile", task.id, "cpu", paths.build, config, gpu=False, extra_env=extra,
                                extra_binds=binds, source=paths.source, wall_s=config.compile_timeout_s + 30)
@@ -272,15 +285,24 @@ def _build_child(task: Task, paths: compiler.KeyPaths, config: JudgeConfig, extr
     try:
         reply = session.receive(config.compile_timeout_s)
     except ChildFailure as failure:
-        return _failed_build(failure, watch, started, ours)
+        return _failed_build(failure, watch, started, ours, _evidence(session, paths, oom_kills_before))
     finally:
         watch.stop()
         session.close()
-    return _build_reply(reply, session.stderr(), started)
+    return _build_reply(reply, session.stderr(), started, _evidence(session, paths, oom_kills_before))
 
 
-def _failed_build(failure: ChildFailure, watch: StallWatch, started: float,
-                  ours: Callable[..., compiler.BuildResult]) -> compiler.BuildResult:
+def _evidence(session: ChildSession, paths: compiler.KeyPaths, oom_kills_before: int | None) -> blame.HostEvidence:
+    """What the parent measured around a build child that has ended (sandbox/build/blame.py)."""
+    after = blame.host_oom_kills()
+    process = session.process
+    return blame.HostEvidence(
+        host_oom_kills=after - oom_kills_before if after is not None and oom_kills_before is not None else None,
+        limit_reached=process.memory_limit_reached, build_root_free=blame.free_bytes(paths.build))
+
+
+def _failed_build(failure: ChildFailure, watch: StallWatch, started: float, ours: Callable[..., compiler.BuildResult],
+                  evidence: blame.HostEvidence) -> compiler.BuildResult:
     """A build child that ended without its reply: whose failure it was (the host's, the candidate's, the judge's)."""
     error = {"type": failure.kind, "message": str(failure)}
     if failure.kind == "timeout":
@@ -301,11 +323,14 @@ def _failed_build(failure: ChildFailure, watch: StallWatch, started: float,
         # The child's only message is written after the candidate's import ran, in the candidate's process: a
         # garbled or forged frame is the candidate's doing (issue 39), never a retry of the judge's.
         return _broken(str(failure), failure.stderr, started)
-    if failure.kind == "oom" or failure.signal_name == "SIGKILL":
-        # Killed from outside (the OOM killer, a dying worker, the memory limit while g++ ran): the build has no
-        # outcome to judge. The service retries a system_error a bounded number of times, so a candidate that
-        # does this to itself on purpose ends there.
+    if (failure.kind == "oom" or failure.signal_name == "SIGKILL") and evidence.host_oom:
+        # Killed by the host's OOM killer while the build stayed under its own limit: the host ran short, and the
+        # build has no outcome to judge. A kill with no such count behind it (the candidate's own SIGKILL at import,
+        # its own memory limit reached) is the candidate's, below (sandbox/build/blame.py).
         return ours(f"the build child failed: {failure}", failure.stderr, error)
+    if failure.kind == "oom":  # its own limit: what it compiled (or allocated at import) needs more, every time
+        return compiler.BuildResult(ok=False, build_failed=True, seconds=time.monotonic() - started, error=error,
+                                    log=f"the build exceeded the sandbox's memory limit ({failure})\n{failure.stderr}")
     # It exited, or faulted, while importing the candidate: the candidate's doing, judged where it happens
     # again, in the execution child (an exit at import is tampering; a crash, a runtime error).
     return compiler.BuildResult(ok=False, build_failed=False, log=failure.stderr,
@@ -313,8 +338,9 @@ def _failed_build(failure: ChildFailure, watch: StallWatch, started: float,
                              error=error)
 
 
-def _build_reply(reply: ChildResult, log: str, started: float) -> compiler.BuildResult:
-    """The build child's `BuildReply`, read: its outcome, with its error first in the log."""
+def _build_reply(reply: ChildResult, log: str, started: float, evidence: blame.HostEvidence) -> compiler.BuildResult:
+    """The build child's `BuildReply`, read: its outcome, with its error first in the log; the host's failure only
+    where `evidence` confirms what the message names."""
     try:
         header = msg.parse_reply(reply.header, msg.BuildReply)
     except msg.ProtocolError as exc:
@@ -322,7 +348,7 @@ def _build_reply(reply: ChildResult, log: str, started: float) -> compiler.Build
     error = header.error.model_dump() if header.error else None
     if error:
         log = f"{error['message']}\n{log}"
-    why = compiler.infrastructure_failure(error["message"]) if error and header.build_failed else None
+    why = blame.infrastructure_failure(error["message"], evidence) if error and header.build_failed else None
     return compiler.BuildResult(ok=header.ok, build_failed=header.build_failed, log=log,
                              seconds=time.monotonic() - started, error=error, tripwire_hits=tuple(header.tripwire_hits),
                              infrastructure=why)

@@ -78,6 +78,7 @@ class SandboxedProcess:
         self.timed_out = False
         self.flooded = False
         self._oom_at_cleanup: bool | None = None
+        self._limit_at_cleanup: bool | None = None
         self._killed = threading.Event()
         self.cgroup = Cgroup.create(spec.limits.memory_bytes, spec.limits.max_pids)
         if self.cgroup:
@@ -171,6 +172,13 @@ class SandboxedProcess:
             return self._oom_at_cleanup
         return bool(self.cgroup and self.cgroup.oom_killed())
 
+    @property
+    def memory_limit_reached(self) -> bool:
+        """The tree's memory reached the job's own limit (False where there is no cgroup to ask)."""
+        if self._limit_at_cleanup is not None:
+            return self._limit_at_cleanup
+        return bool(self.cgroup and self.cgroup.limit_reached())
+
     def memory_bytes(self) -> int | None:
         """The tree's memory use now, from its cgroup; None without one (RLIMIT_AS then fails allocations
         at the limit, so a runaway allocation ends in MemoryError rather than in a slow climb)."""
@@ -214,6 +222,7 @@ class SandboxedProcess:
         self._err.thread.join(timeout=5)
         if self.cgroup and self._oom_at_cleanup is None:
             self._oom_at_cleanup = self.cgroup.oom_killed()
+            self._limit_at_cleanup = self.cgroup.limit_reached()
             self.cgroup.remove()
 
     @property

@@ -45,9 +45,10 @@ import torch
 from sandbox import isolation
 from sandbox.shared import languages
 from sandbox.build import accel as build_accel
+from sandbox.build import blame
 from sandbox.build import nvcc_split
 from sandbox.build.accel import child_compiler, tool_version
-from sandbox.shared.accel_layout import ACCELERATOR_WORDS, HOOKS_VERSION
+from sandbox.shared.accel_layout import HOOKS_VERSION
 
 if TYPE_CHECKING:
     from sandbox.config import JudgeConfig
@@ -324,6 +325,12 @@ def start_build(paths: KeyPaths, source: str) -> None:
     _write_private(paths.source, source)
 
 
+def empty_build_dir(paths: KeyPaths) -> None:
+    """The key's build directory emptied for another build of the same source (what a failed build left removed)."""
+    clear_build(paths.build)
+    paths.build.mkdir(parents=True)
+
+
 def audit(build_dir: Path) -> str | None:
     """What the build left in its directory that the judge will not read, or None when it is all plain files
     and directories. The parent copies the build directory for every execution (sandbox/execution/run.py) and
@@ -381,32 +388,15 @@ def _read_private(path: Path) -> str:
         return fh.read()
 
 
-_KILLED = re.compile(r"Killed signal terminated program|internal compiler error: Killed|virtual memory exhausted"
-                     r"|out of memory allocating|No space left on device|cannot allocate memory", re.I)
-"""The compiler was killed (the host's OOM killer, a dying worker) or ran out of memory or disk: the host's
-failure, which says nothing about the code."""
-def infrastructure_failure(error_message: str) -> str | None:
-    """Why a failed build is the judge's or the host's doing rather than the candidate's, or None. Read from the
-    message torch raised, which holds the output of the last ninja run only: earlier runs that the build hooks
-    retried (sandbox/child/build/hooks.py) may name the accelerators without being the build's outcome."""
-    killed = _KILLED.search(error_message)
-    if killed:
-        return f"the compiler did not finish ({killed.group(0)})"
-    accel = ACCELERATOR_WORDS.search(error_message)
-    if accel:
-        return f"the build failed with the judge's accelerators in its way ({accel.group(0)}) after every fallback"
-    return None
-
-
 DISK_FULL = "disk_full"
 """`details["infrastructure_kind"]` of a build that failed because the judge's disk (the build root) was full: a
 machine-readable reason, so that the caller can wait for space instead of counting the failure as an ordinary one."""
-_NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded", re.I)
 
 
 def infrastructure_kind(why: str) -> dict[str, str]:
-    """`{"infrastructure_kind": DISK_FULL}` when the judge's failure `why` says its disk was full, else empty."""
-    return {"infrastructure_kind": DISK_FULL} if _NO_SPACE.search(why) else {}
+    """`{"infrastructure_kind": DISK_FULL}` when the judge's failure `why` says its disk was full, else empty. `why` is
+    the judge's own: an OSError of the parent's, or a reason sandbox/build/blame.py confirmed."""
+    return {"infrastructure_kind": DISK_FULL} if blame.NO_SPACE.search(why) else {}
 
 
 def first_errors(log: str, limit: int = 5) -> list[str]:

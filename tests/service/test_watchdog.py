@@ -242,7 +242,8 @@ def test_serves_worker_stuck_compiling_fails_readiness_and_its_job_is_judged_els
                 r = httpx.get(f"{base}/readyz", timeout=5)
             except httpx.TransportError:
                 return None
-            return r if r.status_code == 503 else None
+            # Before its worker registers, serve answers 503 "worker starting" (what it can judge is not known yet).
+            return r if r.status_code == 503 and r.json()["status"] == "worker stalled" else None
 
         ready = wait_for(readiness, 120, "serve's /readyz to report its stalled worker")
         assert ready.json()["status"] == "worker stalled", ready.text

@@ -4,13 +4,13 @@ On the CPU the child times each call by its host clock around forward(), so a th
 is inside the timed interval, and one that outlives the call is refused as a stray thread: a dead thread alone
 buys nothing. What it can do is hide work from the parent's check on a forged time. During a timed call (`go`)
 this candidate runs its slow C++ kernel in a thread it starts, joins and waits out (until its task is gone from
-/proc), writes its own `go` reply claiming a third of the CPU time the work took straight to the result pipe, and
+/proc), writes its own `go` reply claiming a fifth of the CPU time the work took straight to the result pipe, and
 points the pipe at /dev/null until the call's inputs are freed, so the harness's genuine reply is lost (as
 tests/sandbox/candidates/forged_go_reply.py does).
 
 Against the parent's CPU time of the round trip summed over the threads alive at the reading, the work vanished
 with its thread: what was left was the main thread blocked in join() and the harness, and it was ranked `correct`
-at a third of its time. The job's cgroup keeps what exited threads ran, so the round trip shows the work and the
+at its claimed time. The job's cgroup keeps what exited threads ran, so the round trip shows the work and the
 claim is far below it (2-core CI machine: claims 0.95 ms per call; the floor 0.51 ms by the live threads, 3.43 ms
 by the cgroup, 3.50 ms by the processes' clocks). Its claims stay far above the CPU speed-of-light limit (0.009
 ms), so only the CPU-time bound can catch it. It needs no frame to know a timed call: the estimate's four calls
@@ -96,7 +96,10 @@ class ModelNew(nn.Module):
         _wait_until_gone(worker.native_id)  # no thread is left alive when the parent reads the sandbox's CPU time
         out = box["out"]
         payload = out.reshape(1).numpy().tobytes()
-        claim = box["cpu_ms"] / 3  # a third of the CPU time the work took (not wall time: the same under load)
+        # A fifth of the CPU time the work took (not wall time: the same under load). A third sits at the bound's
+        # edge (MIN_CLAIM_FRACTION, 0.3 on the CPU): under CI load it passed once, and was then ranked at the
+        # parent's floor (cpu_scale), its real time, so it gained nothing; a claim that would gain is refused.
+        claim = box["cpu_ms"] / 5
         body = json.dumps({"op": "go", "ok": True, "dtype": "float32", "shape": [], "time_ms": claim,
                            "times_ms": [claim], "event_ms": None, "host_ms": claim, "hidden_work": False,
                            "made_ms": 0.5, "payload_sizes": [len(payload)]}).encode()
