@@ -18,8 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SANDBOX = ROOT / "sandbox"
 
-SIZED_ROOTS = ("sandbox",)
-"""Trees whose modules and functions are held to the limits below (service/ joins once its rooms are split)."""
+SIZED_ROOTS = ("sandbox", "service")
+"""Trees whose modules and functions are held to the limits below (database migrations aside: each is one
+revision's steps, written once and never read together)."""
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 """A function's lines from its `def` to its last line, docstring and nested functions included."""
@@ -88,7 +89,8 @@ def test_nothing_outside_the_child_imports_it() -> None:
     assert set(found) == set(IMPORTERS_OF_THE_CHILD), f"modules outside sandbox/child/ import it: {found}"
 
 
-@pytest.mark.parametrize("path", _python_files(*SIZED_ROOTS), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", [p for p in _python_files(*SIZED_ROOTS) if "migrations" not in p.parts],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_modules_and_functions_stay_small(path: Path) -> None:
     source = path.read_text()
     lines = len(source.splitlines())
