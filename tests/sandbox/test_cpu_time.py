@@ -214,7 +214,7 @@ def test_an_honest_candidate_working_in_a_joined_thread_is_correct_and_its_work_
 def test_work_hidden_in_a_dead_thread_is_caught_by_the_fallback_and_was_missed_before(
         judge_config, monkeypatch: pytest.MonkeyPatch) -> None:
     """c13 is caught with the cgroup in the corpus test; here by the processes' clocks, and against the live
-    threads' reading it was ranked with a time a third of its real one (the floor was the harness's alone)."""
+    threads' reading it was ranked with a time a fifth of its real one (the floor was the harness's alone)."""
     path = CORPUS / "hostile" / "cpu" / "c13_dead_thread_work.py"
     meta = corpus_meta(path)
     monkeypatch.setattr(cputime, "Meter", ClocksMeter)
