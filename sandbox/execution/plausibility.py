@@ -154,7 +154,8 @@ class Breach:
     details: dict
 
 
-def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float]) -> float:
+def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float], windows_ms: list[float] = (),
+                  empty_windows_ms: list[float] = ()) -> float:
     """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an empty
     batch's (which makes real inputs and evicts the cache alike: the judge's own work in a round trip), per call,
     less RUN_NOISE_MS. On the CPU the caller passes both less the parent's own making of the same inputs at the same
@@ -163,16 +164,53 @@ def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float]) -> float:
 
     On the CPU the call is the work the kernel accounts. On a GPU the host spins in the synchronisation
     while the device works, so the accounted time is at most the call's (less if the host yields), and
-    the bound can only be looser there, never wrongly strict.
+    the bound can only be looser there, never wrongly strict. There the caller also passes the wall windows, and the
+    judge's own share is `gpu_own_work_ms`: the empty batches' CPU time alone is no measure of it when the host's load
+    moved between the calibration and the timing.
     """
-    overhead = statistics.median(empty_runs_ms) if empty_runs_ms else 0.0
+    if windows_ms and empty_windows_ms:
+        overhead = gpu_own_work_ms(runs_ms, windows_ms, empty_runs_ms, empty_windows_ms)
+    else:
+        overhead = statistics.median(empty_runs_ms) if empty_runs_ms else 0.0
     return max(statistics.median(runs_ms) - overhead - RUN_NOISE_MS, 0.0)
 
 
+def gpu_own_work_ms(runs_ms: list[float], windows_ms: list[float], empty_runs_ms: list[float],
+                    empty_windows_ms: list[float]) -> float:
+    """GPU: the CPU time the judge's own work in a round trip (the lead, the making of the inputs, the flushes) accounts
+    inside the timed batches, per call: the empty batches' wall window times the share of the wall the sandbox ran on
+    a CPU during the timed batches (at most 1), and never less than the empty batches' own CPU time.
+
+    Why not the empty batches' CPU time alone: the host spins through the device's work, so a round trip's CPU time is
+    its wall time less what it waited for a CPU, and the empty batches are measured once, at a spare's calibration,
+    before the candidate exists (so that no code of its can run in them). On a host whose load moves (a burst's builds
+    on the same cores), the calibration may wait for a CPU for half its window while the timed batches wait for none:
+    on an H200 with 16 builds beside the worker (2026-11-28, scripts/gpu/builders_burst.py), honest kl_div_fast's
+    empty batches accounted 3.7-4.2 ms of CPU in windows of 6.4-7.6 ms, its timed batches 8.0 ms in 8.0-8.1 ms, and the
+    floor read 1.2-4.3 ms against 0.51 ms claims: 8 honest kernels of 64 were refused (3 of 55 in a burst through
+    `serve`), and timing them again
+    changed nothing (the calibration is not redone). Scaled by the timed batches' own share, the judge's work is
+    counted as the timed batches ran it. Idle, both shares are 0.96-1.0 (the H200 acceptance of the same day), and
+    this is the empty batches' CPU time to within 0.1 ms. What a candidate can move: the timed share, capped at 1, so
+    the most it can take off the floor is the calibration's own wait for a CPU, which happened before it was loaded."""
+    window = statistics.median(windows_ms)
+    on_cpu = min(1.0, statistics.median(runs_ms) / window) if window > 0 else 1.0
+    return max(statistics.median(empty_runs_ms), on_cpu * statistics.median(empty_windows_ms))
+
+
+def gpu_windows(device_type: str, windows_ms: list[float], empty_windows_ms: list[float]
+                ) -> tuple[list[float], list[float]]:
+    """The wall windows `call_floor_ms` weighs: a GPU's only. On the CPU the making's own CPU time is measured beside
+    each batch (`TimedCall.own_run_ms`), and a window there carries the saturated host's wait for a CPU."""
+    return (windows_ms, empty_windows_ms) if device_type == "cuda" else ((), ())
+
+
 def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[float],
-                 empty_runs_ms: list[float], device_type: str = "cpu", *, training: bool = False) -> Breach | None:
+                 empty_runs_ms: list[float], device_type: str = "cpu", *, training: bool = False,
+                 empty_windows_ms: list[float] = ()) -> Breach | None:
     """The child's claimed times against the parent's per-call wall windows and CPU times (module doc).
-    `training`: the calls are a training variant's (MIN_CLAIM_FRACTION_TRAINING)."""
+    `training`: the calls are a training variant's (MIN_CLAIM_FRACTION_TRAINING). `empty_windows_ms`: the empty
+    batches' wall windows per call, which a GPU's floor weighs (`gpu_own_work_ms`)."""
     over = [(i, c, w) for i, (c, w) in enumerate(zip(claims_ms, windows_ms)) if c > w + CLAIM_OVER_WINDOW_SLACK_MS]
     if over:
         i, claim, window = over[0]
@@ -181,7 +219,7 @@ def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[
                       f"trip take {window:.4f} ms: the child's clock was tampered with",
                       details={"calls_over": len(over)})
     median = statistics.median(claims_ms)
-    floor = call_floor_ms(runs_ms, empty_runs_ms)
+    floor = call_floor_ms(runs_ms, empty_runs_ms, *gpu_windows(device_type, windows_ms, empty_windows_ms))
     fractions = MIN_CLAIM_FRACTION_TRAINING if training else MIN_CLAIM_FRACTION
     fraction = fractions["cuda" if device_type == "cuda" else "cpu"]
     if median < fraction * floor:

@@ -107,10 +107,11 @@ class TimedPhase:
         device_type = torch.device(self.device).type
         claims, windows = [b.claim_ms for b in timed], [b.window_ms for b in timed]
         runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
-        empty_window = min(c.window_ms for c in self.empty_calls)
+        empty_windows = [c.window_ms for c in self.empty_calls]
+        empty_window = min(empty_windows)
         # The empty batches made real inputs too (calibrate), so the windows and CPU times beyond theirs are the calls'.
         return (plausibility.timing_bound(claims, windows, runs, empty_runs, device_type,
-                                          training=self.task.training is not None)
+                                          training=self.task.training is not None, empty_windows_ms=empty_windows)
                 or plausibility.untimed_work_bound(claims, windows, empty_window, device_type)
                 or plausibility.unexplained_wall([b.unexplained_ms for b in timed],
                                                  [c.unexplained_ms for c in self.empty_calls], windows, device_type)
@@ -135,8 +136,10 @@ class TimedPhase:
             run_median_ms=statistics.median(runs),
             empty_call_run_ms=statistics.median(empty_runs),
             empty_call_window_ms=min(c.window_ms for c in self.empty_calls),
-            call_floor_ms=plausibility.call_floor_ms([b.call_run_ms for b in timed],
-                                                     [c.call_run_ms for c in self.empty_calls]),
+            call_floor_ms=plausibility.call_floor_ms(
+                [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls],
+                *plausibility.gpu_windows("cuda" if self.is_cuda else "cpu", [b.window_ms for b in timed],
+                                          [c.window_ms for c in self.empty_calls])),
             # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found
             # a thread of the sandbox still on a CPU after cputime.SETTLE_S.
             cpu_time_source=", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),

@@ -252,7 +252,7 @@ class TrainingExecution(Execution):
         judge = [b.judge_ms for b in timed]
         runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
         breach = (plausibility.timing_bound(claims, [b.window_ms for b in timed], runs, empty_runs, device_type,
-                                            training=True)
+                                            training=True, empty_windows_ms=[c.window_ms for c in self.empty_calls])
                   or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fnmatch
 import json
 import math
 import os
@@ -59,9 +60,10 @@ CORPUS = {"cuda": ROOT / "tests" / "corpus" / "cuda", "cpu": ROOT / "tests" / "c
 
 # --- candidates -----------------------------------------------------------------------------------------------
 
-def candidates(device: str, count: int, include: str) -> list[dict]:
+def candidates(device: str, count: int, include: str, exclude: list[str]) -> list[dict]:
     """`count` distinct variants of the device's honest corpus files (each keeps its declared verdict)."""
     files = [p for p in sorted(CORPUS[device].glob(include)) if p.suffix == ".py"
+             and not any(fnmatch.fnmatch(p.name, pattern) for pattern in exclude)
              and declared(p).get("expect") == "correct" and "task" in declared(p)
              and absent_language(p.read_text()) is None]
     if not files:
@@ -281,6 +283,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=None, help="caches and SQLite files (default: a temp dir)")
     parser.add_argument("--include", default="*.py", help="corpus file name pattern (default: every honest file)")
+    parser.add_argument("--exclude", nargs="*", default=[],
+                        help="corpus file name patterns left out (the training files: their device holds of 6-13 s "
+                             "a candidate would measure the GPU, not whether the builds keep it fed)")
     parser.add_argument("--builder-slots", type=int, default=2, help="JUDGE_COMPILE_WORKERS of each builder")
     parser.add_argument("--run-slots", type=int, default=None, help="JUDGE_COMPILE_WORKERS of the run worker")
     parser.add_argument("--compile-workers", type=int, default=None, help="the baseline worker's (default: its own)")
@@ -292,7 +297,7 @@ def main() -> int:
     args.db_kind = "SQLite" if args.db == "sqlite" else "PostgreSQL"
     args.out.mkdir(parents=True, exist_ok=True)
     args.work = args.work or Path(tempfile.mkdtemp(prefix="kj-builders-"))
-    cands = candidates(args.device, args.count, args.include)
+    cands = candidates(args.device, args.count, args.include, args.exclude)
     plan = ([("baseline", 0)] if args.baseline else []) + [(f"builders={n}", n) for n in args.builders if n > 0]
     results = []
     for label, n in plan:

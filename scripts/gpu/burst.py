@@ -196,9 +196,16 @@ def holds_account(db_url: str, rows: list[dict], start: dt.datetime, end: dt.dat
         "device_s_per_candidate": sum(busy.values()) / len(rows) if rows else None,
         "slowest_honest_hold_s": bound, "holds_total": len(holds), "unplaced": unplaced,
         "overlaps": len(timeline.overlaps(holds)),
-        "over_honest": [{"file": r["file"], "copy": r["copy"], "status": r["status"], "hold_s": r["longest_hold_s"]}
+        "over_honest": [{"file": r["file"], "copy": r.get("copy"), "status": r["status"], "hold_s": r["longest_hold_s"]}
                         for r in rows if bound is not None and (r["longest_hold_s"] or 0) > bound],
     }
+
+
+def refused_for(module: str, diagnosis: str) -> bool:
+    """Whether a refusal at submission names the missing language: by its package (`cutlass`) or by the id the
+    service's 422 lists under `missing` (`cute`)."""
+    ids = {language.id for language in languages.LANGUAGES if language.module == module}
+    return module in diagnosis or any(f"'{i}'" in diagnosis or f'"{i}"' in diagnosis for i in ids)
 
 
 def row_of(cand: dict, sub: dict) -> dict:
@@ -210,7 +217,8 @@ def row_of(cand: dict, sub: dict) -> dict:
     if cand.get("absent_language"):  # refused for the missing language (at submission, or by the judge), not for
         # anything else in the file
         as_expected = sub["status"] == "done" and (f"{cand['absent_language']!r} is not installed here" in diagnosis
-                                                   if status != "refused" else cand["absent_language"] in diagnosis)
+                                                   if status != "refused" else refused_for(cand["absent_language"],
+                                                                                           diagnosis))
     return {"id": sub["id"], "file": cand["file"], "copy": cand["copy"], "task": cand["task"],
             "expect": cand["expect"], "declared": cand.get("declared", cand["expect"]),
             "absent_language": cand.get("absent_language"), "status": status, "done": sub["status"] == "done",

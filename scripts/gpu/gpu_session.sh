@@ -35,6 +35,8 @@
 # corpus (issues 28, 29): the whole CUDA corpus, languages included, on pre-started children, no repeat study. The
 # kernel languages come in parts over several calls (scripts/gpu/fetch_device_deps.sh): the stage installs them once
 # the last part is in the working tree the calls bring (LANGS_WAIT_S, default 900 s), else judges without them.
+# serve-burst (issues 39, 40): scripts/gpu/burst.py on the CUDA corpus and hostile classes 12-14 at serve's defaults.
+# builders (issue 43): scripts/gpu/builders_burst.py, N = 8, 4, 2 builders and the single worker, 64 forward kernels.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
@@ -102,6 +104,22 @@ run_stages() {
                     # candidates POSTed at once; every verdict as declared, device holds (hang.py left out: its hold
                     # is the per-call limit by design)
                 stage burst python3 scripts/gpu/burst.py --count 64 --exclude hang.py --out "$out/burst" ;;
+            serve-burst)  # issues 39 and 40: a fresh `serve` at its defaults, the CUDA corpus and the registry attacks
+                          # (hostile classes 12-14) POSTed at once; every verdict as declared, no honest kernel refused
+                stage serve-burst python3 scripts/gpu/burst.py --count 55 --corpus tests/corpus/cuda tests/corpus/hostile/cuda \
+                    --exclude hang.py 'c[1-9]_*' 'c1[01]_*' 't[0-9]_*' 'control_*' --timeout 420 --out "$out/serve-burst" ;;
+            builders)  # issue 43: one GPU worker and N builders with their own caches against today's single worker,
+                       # 64 distinct forward kernels (the training files hold the GPU 6-13 s each: they would measure it)
+                stage builders python3 -m scripts.gpu.builders_burst --baseline --builders 8 4 2 --count 64 \
+                    --exclude '*_train_*' --out "$out/builders" ;;
+            honest)  # issue 44: the honest CUDA corpus on pre-started children, no repeat study: verdicts and ranked
+                     # medians beside the last acceptance (docs/results/integrity-v4-h200-2026-11-28.md)
+                stage honest python3 scripts/gpu/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/honest" \
+                    --corpus tests/corpus/cuda --only kl_div_fast.py kl_div_fast_split.py kl_div_fused.py kl_div_naive.py \
+                    kl_div_triton.py model_kl_div_dispatch.py kl_div_train_function.py kl_div_train_fused.py \
+                    cross_entropy_fast.py cross_entropy_fast_split.py cross_entropy_online.py cross_entropy_naive.py \
+                    cross_entropy_triton.py model_cross_entropy_pybind.py cross_entropy_train_function.py \
+                    cross_entropy_train_fused.py kl_div_wrong_direction.py cross_entropy_wrong_target.py ;;
             acceptance-lite)  # the fast kernels, the training corpus (honest and hostile), the repeat study
                 stage acceptance-lite python3 scripts/gpu/gpu_acceptance.py --device cuda:0 --warm --repeat 10 \
                     --out "$out/acceptance-lite" --only kl_div_fast.py cross_entropy_fast.py kl_div_wrong_direction.py \
