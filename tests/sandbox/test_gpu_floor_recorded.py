@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.execution.plausibility import call_floor_ms, gpu_own_work_ms, timing_bound
+from sandbox.execution.plausibility import Breach, call_floor_ms, gpu_own_work_ms, timing_bound
 
 RECORDED = json.loads((Path(__file__).parents[1] / "fixtures" / "timing" / "h200-2026-11-28.json").read_text())
 
 
-def _bound(row: dict, training: bool = False):
+def _bound(row: dict, training: bool = False) -> Breach | None:
     return timing_bound(row["claims_ms"], row["windows_ms"], row["runs_ms"], [row["empty_call_run_ms"]], "cuda",
                         training=training, empty_windows_ms=[row["empty_call_window_ms"]])
 
