@@ -225,7 +225,19 @@ def row_of(cand: dict, sub: dict) -> dict:
             "as_expected": as_expected,
             "attempts": sub.get("attempts"), "finished_at": (sub.get("timestamps") or {}).get("finished_at"),
             "held_s_verdict": cost.get("device_held_s"), "diagnosis": diagnosis[:600],
-            "rule": (verdict.get("details") or {}).get("rule")}
+            "rule": (verdict.get("details") or {}).get("rule"), "bound_inputs": bound_inputs(verdict)}
+
+
+BOUND_INPUTS = ("claims_ms", "windows_ms", "runs_ms", "empty_call_run_ms", "empty_call_window_ms", "call_floor_ms")
+"""What the CPU-time and wall bounds read (sandbox/execution/plausibility.py), kept for a refused candidate so that a
+refusal of an honest kernel can be replayed against the rule (tests/fixtures/timing/)."""
+
+
+def bound_inputs(verdict: dict) -> dict | None:
+    timing = (verdict.get("details") or {}).get("timing") or {}
+    if verdict.get("status") != "tamper_detected" or not timing:
+        return None
+    return {k: timing[k] for k in BOUND_INPUTS if k in timing}
 
 
 def markdown(report: dict) -> str:
