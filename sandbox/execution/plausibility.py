@@ -33,6 +33,7 @@ Each returns a `Breach` (the rule broken and a diagnosis) or None.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 CLAIM_OVER_WINDOW_SLACK_MS = 0.05
@@ -154,8 +155,8 @@ class Breach:
     details: dict
 
 
-def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float], windows_ms: list[float] = (),
-                  empty_windows_ms: list[float] = ()) -> float:
+def call_floor_ms(runs_ms: Sequence[float], empty_runs_ms: Sequence[float], windows_ms: Sequence[float] = (),
+                  empty_windows_ms: Sequence[float] = ()) -> float:
     """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an empty
     batch's (which makes real inputs and evicts the cache alike: the judge's own work in a round trip), per call,
     less RUN_NOISE_MS. On the CPU the caller passes both less the parent's own making of the same inputs at the same
@@ -175,8 +176,8 @@ def call_floor_ms(runs_ms: list[float], empty_runs_ms: list[float], windows_ms: 
     return max(statistics.median(runs_ms) - overhead - RUN_NOISE_MS, 0.0)
 
 
-def gpu_own_work_ms(runs_ms: list[float], windows_ms: list[float], empty_runs_ms: list[float],
-                    empty_windows_ms: list[float]) -> float:
+def gpu_own_work_ms(runs_ms: Sequence[float], windows_ms: Sequence[float], empty_runs_ms: Sequence[float],
+                    empty_windows_ms: Sequence[float]) -> float:
     """GPU: the CPU time the judge's own work in a round trip (the lead, the making of the inputs, the flushes) accounts
     inside the timed batches, per call: the empty batches' wall window times the share of the wall the sandbox ran on
     a CPU during the timed batches (at most 1), and never less than the empty batches' own CPU time.
@@ -198,8 +199,8 @@ def gpu_own_work_ms(runs_ms: list[float], windows_ms: list[float], empty_runs_ms
     return max(statistics.median(empty_runs_ms), on_cpu * statistics.median(empty_windows_ms))
 
 
-def gpu_windows(device_type: str, windows_ms: list[float], empty_windows_ms: list[float]
-                ) -> tuple[list[float], list[float]]:
+def gpu_windows(device_type: str, windows_ms: Sequence[float], empty_windows_ms: Sequence[float]
+                ) -> tuple[Sequence[float], Sequence[float]]:
     """The wall windows `call_floor_ms` weighs: a GPU's only. On the CPU the making's own CPU time is measured beside
     each batch (`TimedCall.own_run_ms`), and a window there carries the saturated host's wait for a CPU."""
     return (windows_ms, empty_windows_ms) if device_type == "cuda" else ((), ())
@@ -207,7 +208,7 @@ def gpu_windows(device_type: str, windows_ms: list[float], empty_windows_ms: lis
 
 def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[float],
                  empty_runs_ms: list[float], device_type: str = "cpu", *, training: bool = False,
-                 empty_windows_ms: list[float] = ()) -> Breach | None:
+                 empty_windows_ms: Sequence[float] = ()) -> Breach | None:
     """The child's claimed times against the parent's per-call wall windows and CPU times (module doc).
     `training`: the calls are a training variant's (MIN_CLAIM_FRACTION_TRAINING). `empty_windows_ms`: the empty
     batches' wall windows per call, which a GPU's floor weighs (`gpu_own_work_ms`)."""
