@@ -23,6 +23,7 @@ ext = load_inline(name="forged_go_touch", cpp_sources="torch::Tensor touch(torch
                   functions=["touch"], verbose=False)
 RES_FD = int(sys.argv[sys.argv.index("--res-fd") + 1])
 _calls = [0]
+REPEAT = 30
 
 
 def _restore(saved: int) -> None:
@@ -33,7 +34,11 @@ def _restore(saved: int) -> None:
 class ModelNew(nn.Module):
     def forward(self, predictions, targets):
         p, t = ext.touch(predictions).double(), targets.double()
-        out = ((torch.xlogy(t, t) - t * p.log()).sum() / p.shape[0]).float()
+        # The honest work, done enough times (~1 ms a call on the 2-core CI machine) that what the kernel accounts
+        # stands clear of the floor's RUN_NOISE_MS (0.1 ms) on a quiet host too: done once, a quiet host's call left the
+        # CPU-time floor at zero, and the forgery was refused by the speed-of-light rule instead of the judge's clock.
+        for _ in range(REPEAT):
+            out = ((torch.xlogy(t, t) - t * p.log()).sum() / p.shape[0]).float()
         # Told apart by counting, not by walking the stack to `go`: taking a frame is itself reported.
         _calls[0] += sys.getprofile() is None  # the judge's profiler watches the trials
         if sys.getprofile() is not None or _calls[0] <= 4:
