@@ -47,12 +47,24 @@ def test_corpus_candidate_gets_expected_verdict(path: Path, judge_config, fast_c
     check_judged(path, judge_config, fast_config)
 
 
+TIMING_KEYS = ("timed_calls", "batch_size", "call_floor_ms", "run_median_ms", "empty_call_run_ms", "batch_claims_ms",
+               "runs_ms", "cpu_time_source", "cpu_readings_unsettled", "cpu_scale", "clocks")
+
+
+def _bound_inputs(verdict: Verdict) -> dict:
+    """What the timing bounds read, for a verdict other than the one declared: a bound that let a forgery through (or
+    refused an honest kernel) on a loaded CI machine can only be understood from these."""
+    timing = (verdict.details or {}).get("timing") or {}
+    return {key: timing[key] for key in TIMING_KEYS if key in timing}
+
+
 def check_judged(path: Path, judge_config: JudgeConfig, fast_config: JudgeConfig) -> None:
     """`path` judged for real gets the verdict (and the diagnosis) its header declares."""
     meta = corpus_meta(path)
     config = fast_config if "timeout" in meta["expect"] else judge_config
     verdict = judge(meta["task"], path.read_text(encoding="utf-8"), "cpu", config=config)
-    assert re.fullmatch(meta["expect"], verdict.status.value), f"{verdict.status.value}: {verdict.diagnosis}"
+    assert re.fullmatch(meta["expect"], verdict.status.value), \
+        f"{verdict.status.value}: {verdict.diagnosis}\ntiming bounds' inputs: {_bound_inputs(verdict)}"
     if "diagnosis" in meta:
         assert re.search(meta["diagnosis"], verdict.diagnosis), verdict.diagnosis
     assert verdict.diagnosis.strip(), "every verdict needs a diagnosis"
