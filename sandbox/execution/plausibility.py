@@ -155,8 +155,8 @@ class Breach:
     details: dict
 
 
-def call_floor_ms(runs_ms: Sequence[float], empty_runs_ms: Sequence[float], windows_ms: Sequence[float] = (),
-                  empty_windows_ms: Sequence[float] = ()) -> float:
+def call_floor_ms(runs_ms: Sequence[float], empty_runs_ms: Sequence[float], device_type: str = "cpu",
+                  windows_ms: Sequence[float] = (), empty_windows_ms: Sequence[float] = ()) -> float:
     """The parent's estimate of one call's work: the median CPU time of its batches' round trips, less an empty
     batch's (which makes real inputs and evicts the cache alike: the judge's own work in a round trip), per call,
     less RUN_NOISE_MS. On the CPU the caller passes both less the parent's own making of the same inputs at the same
@@ -167,9 +167,10 @@ def call_floor_ms(runs_ms: Sequence[float], empty_runs_ms: Sequence[float], wind
     while the device works, so the accounted time is at most the call's (less if the host yields), and
     the bound can only be looser there, never wrongly strict. There the caller also passes the wall windows, and the
     judge's own share is `gpu_own_work_ms`: the empty batches' CPU time alone is no measure of it when the host's load
-    moved between the calibration and the timing.
+    moved between the calibration and the timing. On the CPU the windows are not weighed: the making's own CPU time is
+    measured beside each batch (`TimedCall.own_run_ms`), and a window there carries a saturated host's wait for a CPU.
     """
-    if windows_ms and empty_windows_ms:
+    if device_type == "cuda" and windows_ms and empty_windows_ms:
         overhead = gpu_own_work_ms(runs_ms, windows_ms, empty_runs_ms, empty_windows_ms)
     else:
         overhead = statistics.median(empty_runs_ms) if empty_runs_ms else 0.0
@@ -189,21 +190,14 @@ def gpu_own_work_ms(runs_ms: Sequence[float], windows_ms: Sequence[float], empty
     on an H200 with 16 builds beside the worker (2026-11-28, scripts/gpu/builders_burst.py), honest kl_div_fast's
     empty batches accounted 3.7-4.2 ms of CPU in windows of 6.4-7.6 ms, its timed batches 8.0 ms in 8.0-8.1 ms, and the
     floor read 1.2-4.3 ms against 0.51 ms claims: 8 honest kernels of 64 were refused (3 of 55 in a burst through
-    `serve`), and timing them again
-    changed nothing (the calibration is not redone). Scaled by the timed batches' own share, the judge's work is
-    counted as the timed batches ran it. Idle, both shares are 0.96-1.0 (the H200 acceptance of the same day), and
-    this is the empty batches' CPU time to within 0.1 ms. What a candidate can move: the timed share, capped at 1, so
-    the most it can take off the floor is the calibration's own wait for a CPU, which happened before it was loaded."""
+    `serve`), and timing them again changed nothing (the calibration is not redone). Scaled by the timed batches' own
+    share, the judge's work is counted as the timed batches ran it. Idle, both shares are 0.96-1.0 (the H200 acceptance
+    of the same day), and this is the empty batches' CPU time to within 0.1 ms. What a candidate can move: the timed
+    share, capped at 1, so the most it can take off the floor is the calibration's own wait for a CPU, which happened
+    before it was loaded."""
     window = statistics.median(windows_ms)
     on_cpu = min(1.0, statistics.median(runs_ms) / window) if window > 0 else 1.0
     return max(statistics.median(empty_runs_ms), on_cpu * statistics.median(empty_windows_ms))
-
-
-def gpu_windows(device_type: str, windows_ms: Sequence[float], empty_windows_ms: Sequence[float]
-                ) -> tuple[Sequence[float], Sequence[float]]:
-    """The wall windows `call_floor_ms` weighs: a GPU's only. On the CPU the making's own CPU time is measured beside
-    each batch (`TimedCall.own_run_ms`), and a window there carries the saturated host's wait for a CPU."""
-    return (windows_ms, empty_windows_ms) if device_type == "cuda" else ((), ())
 
 
 def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[float],
@@ -220,7 +214,7 @@ def timing_bound(claims_ms: list[float], windows_ms: list[float], runs_ms: list[
                       f"trip take {window:.4f} ms: the child's clock was tampered with",
                       details={"calls_over": len(over)})
     median = statistics.median(claims_ms)
-    floor = call_floor_ms(runs_ms, empty_runs_ms, *gpu_windows(device_type, windows_ms, empty_windows_ms))
+    floor = call_floor_ms(runs_ms, empty_runs_ms, device_type, windows_ms, empty_windows_ms)
     fractions = MIN_CLAIM_FRACTION_TRAINING if training else MIN_CLAIM_FRACTION
     fraction = fractions["cuda" if device_type == "cuda" else "cpu"]
     if median < fraction * floor:

@@ -138,8 +138,8 @@ class TimedPhase:
             empty_call_window_ms=min(c.window_ms for c in self.empty_calls),
             call_floor_ms=plausibility.call_floor_ms(
                 [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls],
-                *plausibility.gpu_windows("cuda" if self.is_cuda else "cpu", [b.window_ms for b in timed],
-                                          [c.window_ms for c in self.empty_calls])),
+                "cuda" if self.is_cuda else "cpu", [b.window_ms for b in timed],
+                [c.window_ms for c in self.empty_calls]),
             # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found
             # a thread of the sandbox still on a CPU after cputime.SETTLE_S.
             cpu_time_source=", ".join(sorted({b.cpu_source for b in (*self.empty_calls, *timed)})),

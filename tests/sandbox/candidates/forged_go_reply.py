@@ -34,9 +34,10 @@ def _restore(saved: int) -> None:
 class ModelNew(nn.Module):
     def forward(self, predictions, targets):
         p, t = ext.touch(predictions).double(), targets.double()
-        # The honest work, done enough times (~1 ms a call on the 2-core CI machine) that what the kernel accounts
-        # stands clear of the floor's RUN_NOISE_MS (0.1 ms) on a quiet host too: done once, a quiet host's call left the
-        # CPU-time floor at zero, and the forgery was refused by the speed-of-light rule instead of the judge's clock.
+        # The honest work, done REPEAT times (~6 ms a call accounted on the 2-core CI machine): what the kernel
+        # accounts must stand clear of the floor's RUN_NOISE_MS (0.1 ms) on a quiet host too. A single computation
+        # stays under it there, the CPU-time floor reads zero, and only the speed-of-light rule could refuse the
+        # forgery, while this file is about the judge's own clock.
         for _ in range(REPEAT):
             out = ((torch.xlogy(t, t) - t * p.log()).sum() / p.shape[0]).float()
         # Told apart by counting, not by walking the stack to `go`: taking a frame is itself reported.
