@@ -14,6 +14,7 @@ Two-stage use (what the service does, so compilation overlaps GPU work)::
 Ahead of the first candidate (a service's worker does this in the background)::
 
     warm_headers(JudgeConfig().cache_root, "cpu", on_progress=print)   # the shared precompiled headers
+    prewarm_compile("kl_div", "cpu", (64, 512), JudgeConfig())   # the reference's torch.compile, ahead
 
 Command line: ``python -m sandbox judge --task kl_div --device cuda:0 candidate.py``.
 
@@ -26,6 +27,7 @@ Rooms by side of the trust boundary:
 from sandbox.build.warm import WARM_FLAG_SETS, WarmProgress
 from sandbox.build.warm import warm as warm_headers
 from sandbox.config import JudgeConfig
+from sandbox.execution.baseline import prewarm_compile
 from sandbox.pipeline import PreparedCandidate, execute, judge, prepare
 from sandbox.verdict import Environment, Performance, Status, TimingStats, TrialResult, Verdict
 
@@ -43,5 +45,6 @@ __all__ = [
     "execute",
     "judge",
     "prepare",
+    "prewarm_compile",
     "warm_headers",
 ]

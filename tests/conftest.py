@@ -31,6 +31,9 @@ PG_SERVER = os.environ.get("JUDGE_TEST_PG_URL", "postgresql+psycopg://postgres@1
 # background: minutes of g++ per flag set beside the tests' own builds. Each candidate builds the header of its
 # flags on first need, as before; tests/web/test_shared_headers.py turns the background build on.
 os.environ.setdefault("JUDGE_WARM_HEADERS", "off")
+# Nor compile the references ahead of their baselines (service/worker/warmup.py): tens of seconds of inductor per
+# worker started on fresh caches; tests/service/test_baseline_warmup.py turns it on.
+os.environ.setdefault("JUDGE_WARM_BASELINES", "off")
 TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "batches", "api_keys", "workers", "artifacts")
 SLOW_FIXTURES = frozenset({
     "db_url",  # a freshly migrated database per test, on SQLite and on the PostgreSQL server

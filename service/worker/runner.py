@@ -51,7 +51,7 @@ from service.profiles import recovery as profile_recovery
 from service.queue import claims as q
 from service.queue import lengths, wakeup
 from service.queue.states import AttemptOutcome, HeldPhase, JobState, Outcome
-from service.worker import handoff, headers, holds, lifeline, registry
+from service.worker import handoff, headers, holds, lifeline, registry, warmup
 from service.worker.judging import Judge, crash_loop_verdict, judge_config, system_error
 from service.worker.lifecycle import Lifecycle
 from service.worker.profiling import PROFILED, ProfileWork
@@ -179,6 +179,8 @@ class Worker(Lifecycle, ProfileWork):
         if not builder:  # pre-started children begin now, before the first job is claimed (one per sandbox device)
             self.judge.open(list(dict.fromkeys(self.sandbox_devices.values())))
         self.headers.start(self.judge_config.cache_root, self.target)
+        if not builder:
+            warmup.start(self.judge_config, list(self.sandbox_devices.values()), self.settings.warm_baseline_tasks())
         # Woken when another process queues jobs (service/queue/wakeup.py); the poll below stays the safety net.
         listener = wakeup.Listener(self.db.url, self.worker_id, wakeup.QUEUED, lambda _payload: self.wake.set())
         threads = [threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True),
