@@ -10,7 +10,9 @@ command ending in `&` (the fake model server) is started in the background and w
 user would see it answer before the next line. Prints each step's seconds and the total, with the CPU seconds the
 step cost (the step's own commands, and serve with its worker and sandboxed children) and the load average: on a
 machine shared with other work the wall clock says more about the others than about the tour. Every process it
-started is stopped at the end. Exits 1 if a step fails.
+started is stopped at the end, and the first verdict's stages are printed (where its wait went). Exits 1 if a step
+fails. The environment passes through to `serve`: `JUDGE_WARM_BASELINES=off` measures the tour without the
+background compile of the references.
 
     .venv/bin/python scripts/tour.py                  # --port/--model-port when 8000/8100 are taken
 """
@@ -24,6 +26,7 @@ import re
 import resource
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -218,7 +221,20 @@ def main() -> int:
         tour.stop()
         _stop(serve)
         _report(times)
+        _first_verdict(fresh / "data" / "judge.db")
     return 0
+
+
+def _first_verdict(db: Path) -> None:
+    """Where the first verdict's time went (its stages over half a second): on a fresh host, the shared header it
+    waited for (`pch_build`), its build, the host's first baselines, the run."""
+    if not db.exists():
+        return
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT verdict FROM verdicts ORDER BY id LIMIT 1").fetchone()
+    if row:
+        stages = json.loads(row[0]).get("stages", {})
+        print("first verdict's stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items() if v >= 0.5))
 
 
 def _report(times: list[tuple[str, float, float]]) -> None:

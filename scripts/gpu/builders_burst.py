@@ -49,6 +49,7 @@ from sqlalchemy import func, select
 from scripts.gpu.burst import absent_language, declared, holds_account
 from service import crud
 from service.api.schemas import SubmissionCreate
+from service.core.config import Settings
 from service.db.migrate import upgrade
 from service.db.models import Job, Submission, VerdictRow, WorkerRow
 from service.db.session import Database
@@ -141,17 +142,22 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
             proc.wait(30)
 
 
-def wait_ready(db: Database, procs: list[subprocess.Popen], timeout: float) -> float:
-    """Until every worker has registered and built its shared headers; returns the seconds waited."""
+def wait_ready(db: Database, procs: list[subprocess.Popen], timeout: float, warm_headers: bool) -> float:
+    """Until every worker has registered and built its shared headers (`warm_headers`: the workers build some, so each
+    row must have published them); returns the seconds waited."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if any(p.poll() is not None for p in procs):
             raise SystemExit("a worker exited before the burst: see its log under --out")
         with db.transaction(read_only=True) as s:
             rows = s.scalars(select(WorkerRow).where(WorkerRow.stopped_at.is_(None))).all()
+        # A row registers before its first heartbeat publishes the header build: until then its stats hold no
+        # variant, which must not read as "all built" (the night run of 2026-11-28 posted the single worker's burst
+        # 3 s after its start, 33 s before its -O2 header was ready).
+        variants = [(r.stats or {}).get(headers.KEY, []) for r in rows]
         if len(rows) == len(procs) and all(
-                all(v["state"] in (headers.READY, headers.FAILED) for v in (r.stats or {}).get(headers.KEY, []))
-                for r in rows):
+                (bool(v) or not warm_headers) and all(x["state"] in (headers.READY, headers.FAILED) for x in v)
+                for v in variants):
             return time.monotonic() - started
         time.sleep(1.0)
     raise SystemExit(f"the workers were not ready within {timeout:.0f} s")
@@ -195,7 +201,7 @@ def arrangement(label: str, builders: int, args: argparse.Namespace, cands: list
                                       args.cache_root))
             procs += [start_worker("build", f"builder-{i}", fresh.url, work, out, args.device, args.builder_slots,
                                    None if args.device == "cuda" else args.cache_root) for i in range(builders)]
-        ready_s = wait_ready(db, procs, args.ready_timeout)
+        ready_s = wait_ready(db, procs, args.ready_timeout, bool(Settings().warm_flag_sets()))
         burst_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         ids = post_burst(db, cands)
         follow(db, ids, procs, args.timeout)
