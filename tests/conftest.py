@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import getpass
 import importlib.util
 import os
+import tempfile
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -34,6 +36,11 @@ os.environ.setdefault("JUDGE_WARM_HEADERS", "off")
 # Nor compile the references ahead of their baselines (service/worker/warmup.py): tens of seconds of inductor per
 # worker started on fresh caches; tests/service/test_baseline_warmup.py turns it on.
 os.environ.setdefault("JUDGE_WARM_BASELINES", "off")
+# One inductor cache for the whole run, torch's own default place, not one per cache root: the baselines of every test
+# that starts from a fresh cache root would otherwise compile the references again (~20 s each on the 2-core machine).
+# tests/service/test_baseline_warmup.py unsets it to start cold.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                      str(Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"))
 TABLES = ("verdicts", "job_attempts", "jobs", "submissions", "batches", "api_keys", "workers", "artifacts")
 SLOW_FIXTURES = frozenset({
     "db_url",  # a freshly migrated database per test, on SQLite and on the PostgreSQL server

@@ -26,6 +26,7 @@ CACHE_FILE = "baselines.json"
 INDUCTOR_CACHE = "inductor"
 """Under the cache root: torch inductor's on-disk cache of the measurement processes (TORCHINDUCTOR_CACHE_DIR)."""
 PREWARM_LOCK = "prewarm.lock"
+"""Under the cache root: held by the one `prewarm_compile` running there."""
 _WATCHED_MAIN = """\
 import ctypes, os, runpy, sys
 ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL
@@ -51,6 +52,11 @@ def cache_key(task_id: TaskId, device: str, shape: tuple[int, ...], threads: int
             f"|threads {threads}|timing v{timing.METHOD_VERSION}")
 
 
+def inductor_cache(config: JudgeConfig) -> Path:
+    """The judge's inductor cache directory, where no TORCHINDUCTOR_CACHE_DIR is set."""
+    return config.cache_root / INDUCTOR_CACHE
+
+
 def _cached(path: Path, key: str, config: JudgeConfig) -> dict | None:
     """The cached baselines of `key`, where every one the config asks for is there."""
     cache = json.loads(path.read_text()) if path.exists() else {}
@@ -59,10 +65,11 @@ def _cached(path: Path, key: str, config: JudgeConfig) -> dict | None:
 
 def _measure(task_id: TaskId, device: str, shape: tuple[int, ...], config: JudgeConfig, out: Path, *extra: str) -> dict:
     """`python -m sandbox.execution.measure_baselines` in its watched process; its JSON."""
+    # Inductor's cache where the operator put it (TORCHINDUCTOR_CACHE_DIR), else the judge's own beside its other
+    # caches (a volume keeps it across restarts; torch's default is under /tmp): where `prewarm_compile` leaves the
+    # reference's compiled graphs for the measurement to find.
     env = {**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads),
-           # The judge's own inductor cache, beside its other caches: where `prewarm_compile` leaves the reference's
-           # compiled graphs for the measurement to find (and a fresh cache root starts cold, as a test wants).
-           "TORCHINDUCTOR_CACHE_DIR": str(config.cache_root / INDUCTOR_CACHE)}
+           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(inductor_cache(config))}
     subprocess.run(
         [sys.executable, "-c", _WATCHED_MAIN, str(os.getpid()), "--task", task_id, "--device", device,
          "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out), *extra],

@@ -214,7 +214,7 @@ def compile_reference(task_id: TaskId, device_str: str, shape: tuple[int, ...], 
 
 def compile_cache() -> dict[str, int]:
     """This process's inductor graph-cache misses and hits: a measurement after `compile_reference` hits."""
-    from torch._dynamo.utils import counters
+    from torch._dynamo.utils import counters  # dynamo's, loaded where a compile ran (torch.compile imports it anyway)
 
     return {"misses": int(counters["inductor"]["fxgraph_cache_miss"]),
             "hits": int(counters["inductor"]["fxgraph_cache_hit"])}

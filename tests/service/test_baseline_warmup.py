@@ -90,10 +90,12 @@ def _niceness_of_compile(worker_pid: int) -> int | None:
     return None
 
 
-def test_a_worker_compiles_ahead_and_the_baselines_then_run_the_graphs_a_cold_host_compiles(tmp_path: Path) -> None:
+def test_a_worker_compiles_ahead_and_the_baselines_then_run_the_graphs_a_cold_host_compiles(tmp_path: Path,
+                                                                                            monkeypatch) -> None:
     """A real worker on fresh caches compiles the kl_div reference in the background, niced; the baselines measured
     afterwards take every graph from that cache, and they are the graphs a measurement without the warm-up compiles
     itself (a differential: the speed-up changes nothing measured)."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")  # the run's shared one (tests/conftest.py): each cache root its own
     task = get_task("kl_div")
     warm, cold = sandbox.JudgeConfig(cache_root=tmp_path / "warm"), sandbox.JudgeConfig(cache_root=tmp_path / "cold")
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'judge.db'}", "JUDGE_DEVICES": "cpu",
