@@ -104,8 +104,8 @@ def prewarm_compile(task_id: TaskId, device: str, shape: tuple[int, ...], config
     when there is nothing to do (the baselines are cached, or torch.compile is not among them).
 
     Why: the first candidate of a task on a host waits for its baselines, and on a 2-core CPU host torch.compile is
-    most of that (23 s of a 24 s measurement, against 7 s with the graphs in the cache), after its build. A worker
-    runs this in the background as it starts (service/worker/warmup.py). Only the compilation is done ahead: the
+    most of that (a measurement of 23 s on an idle 2-core box, 7 s with the graphs in the cache), after its build. A
+    worker runs this in the background as it starts (service/worker/warmup.py). Only the compilation is done ahead: the
     timings stay measured when a candidate needs them, so a host busy with its start does not slow what is cached.
     The measurement then loads the same graphs inductor compiled here (its cache is keyed by the graph, the inputs'
     shapes, the torch version and its configuration); `compile_cache` in the baselines says it hit.

@@ -138,7 +138,7 @@ class Settings(BaseSettings):
     warm_baselines: str = "kl_div,cross_entropy"
     """The tasks whose reference a CPU worker compiles with torch.compile in the background as it starts (niced;
     service/worker/warmup.py), comma-separated; `off`: none. The first candidate of a task otherwise waits for that
-    compile inside its baselines' measurement: 23 s of a 2-core box's 24 s (7 s with the graphs compiled ahead).
+    compile inside its baselines' measurement (on an idle 2-core box 23 s, 7 s with the graphs compiled ahead).
     Only the compile is done ahead; the baselines are still timed when a candidate first needs them."""
     mode: JudgeMode = JudgeMode.SANDBOX
     """"sandbox" (the real judge) or "compile-only" (load tests only; see JudgeMode)."""
