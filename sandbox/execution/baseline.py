@@ -52,14 +52,13 @@ def cache_key(task_id: TaskId, device: str, shape: tuple[int, ...], threads: int
             f"|threads {threads}|timing v{timing.METHOD_VERSION}")
 
 
-def inductor_cache(config: JudgeConfig) -> Path:
-    """The judge's inductor cache directory, where no TORCHINDUCTOR_CACHE_DIR is set."""
-    return config.cache_root / INDUCTOR_CACHE
+def _read(path: Path) -> dict:
+    """The baseline cache file's entries ({} before the first measurement)."""
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _cached(path: Path, key: str, config: JudgeConfig) -> dict | None:
+def _cached(cache: dict, key: str, config: JudgeConfig) -> dict | None:
     """The cached baselines of `key`, where every one the config asks for is there."""
-    cache = json.loads(path.read_text()) if path.exists() else {}
     return cache[key] if key in cache and set(config.baselines) <= set(cache[key]["baselines"]) else None
 
 
@@ -68,8 +67,8 @@ def _measure(task_id: TaskId, device: str, shape: tuple[int, ...], config: Judge
     # Inductor's cache where the operator put it (TORCHINDUCTOR_CACHE_DIR), else the judge's own beside its other
     # caches (a volume keeps it across restarts; torch's default is under /tmp): where `prewarm_compile` leaves the
     # reference's compiled graphs for the measurement to find.
-    env = {**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads),
-           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(inductor_cache(config))}
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(config.cache_root / INDUCTOR_CACHE)
+    env = {**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads), "TORCHINDUCTOR_CACHE_DIR": inductor}
     subprocess.run(
         [sys.executable, "-c", _WATCHED_MAIN, str(os.getpid()), "--task", task_id, "--device", device,
          "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out), *extra],
@@ -88,10 +87,10 @@ def get_baselines(task_id: TaskId, device: str, shape: tuple[int, ...], config: 
     key = cache_key(task_id, device, shape, config.child_threads)
     with open(config.cache_root / (CACHE_FILE + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one measurement per key even with several workers
-        cached = _cached(path, key, config)
+        cache = _read(path)
+        cached = _cached(cache, key, config)
         if cached is not None:
             return cached
-        cache = json.loads(path.read_text()) if path.exists() else {}
         cache[key] = _measure(task_id, device, shape, config, config.cache_root / f"baseline-{os.getpid()}.json")
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(cache, indent=1))
@@ -115,7 +114,7 @@ def prewarm_compile(task_id: TaskId, device: str, shape: tuple[int, ...], config
     config.cache_root.mkdir(parents=True, exist_ok=True)
     # Written whole (a temporary file, then a rename): read without the measurement's lock, which a prewarm must not
     # hold (a candidate's measurement would wait for this niced compile instead of compiling itself).
-    if _cached(config.cache_root / CACHE_FILE, cache_key(task_id, device, shape, config.child_threads), config):
+    if _cached(_read(config.cache_root / CACHE_FILE), cache_key(task_id, device, shape, config.child_threads), config):
         return None
     with open(config.cache_root / PREWARM_LOCK, "w") as lock:
         try:  # one prewarm at a time per cache root: workers sharing it would compile the same graphs

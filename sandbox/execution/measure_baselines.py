@@ -231,12 +231,12 @@ def main() -> None:
                         help="compile the reference into inductor's cache, time nothing (compile_reference)")
     args = parser.parse_args()
     shape = tuple(int(x) for x in args.shape.split(","))
-    task_id = get_task(args.task).id
+    task_id, names = get_task(args.task).id, tuple(args.names.split(","))
     if args.compile_only:
         result = compile_reference(task_id, args.device, shape, JudgeConfig())
     else:
-        result = measure(task_id, args.device, shape, tuple(args.names.split(",")), JudgeConfig())
-        if "compile" in args.names.split(","):
+        result = measure(task_id, args.device, shape, names, JudgeConfig())
+        if "compile" in names:
             result["compile_cache"] = compile_cache()
     Path(args.out).write_text(json.dumps(result))
 

@@ -241,14 +241,19 @@ class Settings(BaseSettings):
         return [f"cuda:{i}" for i in range(count)] or ["cpu"]
 
 
+def _off(value: str) -> bool:
+    """Whether a list setting (warm_headers, warm_baselines) says none."""
+    return value.strip().lower() in ("off", "none", "")
+
+
 def _task_list(value: str) -> list[str]:
-    if value.strip().lower() in ("off", "none", ""):
+    if _off(value):
         return []
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
 def _flag_sets(value: str) -> list[tuple[str, ...]]:
-    if value.strip().lower() in ("off", "none", ""):
+    if _off(value):
         return []
     return [() if part.strip() == "plain" else tuple(part.split()) for part in value.split(",")]
 

@@ -39,13 +39,13 @@ def start(config: sandbox.JudgeConfig, devices: list[str], tasks: list[str]) -> 
 
 def _run(config: sandbox.JudgeConfig, tasks: list[str]) -> None:
     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-    for task in tasks:
+    for task in map(get_task, tasks):
         started = time.monotonic()
         try:
-            cache = sandbox.prewarm_compile(get_task(task).id, "cpu", get_task(task).cpu_shape, config)
+            cache = sandbox.prewarm_compile(task.id, "cpu", task.cpu_shape, config)
         except Exception:  # the first candidate then compiles it, as before: never the worker's end
-            log.exception("compiling the %s reference ahead of its baselines failed", task)
+            log.exception("compiling the %s reference ahead of its baselines failed", task.id)
             continue
         if cache is not None:
-            log.info("compiled the %s reference ahead of its baselines in %.1f s (inductor graphs: %s)", task,
+            log.info("compiled the %s reference ahead of its baselines in %.1f s (inductor graphs: %s)", task.id,
                      time.monotonic() - started, cache)

@@ -96,9 +96,9 @@ class ModelNew(nn.Module):
         _wait_until_gone(worker.native_id)  # no thread is left alive when the parent reads the sandbox's CPU time
         out = box["out"]
         payload = out.reshape(1).numpy().tobytes()
-        # A fifth of the CPU time the work took (not wall time: the same under load): well under the bound
-        # (MIN_CLAIM_FRACTION, 0.3 on the CPU), so host load does not decide which side it falls, and a claim that
-        # would gain if it passed (one near the bound is ranked at the parent's floor by cpu_scale anyway).
+        # A fifth of the CPU time the work took (CPU time, which load does not stretch as it does wall time): far
+        # enough under the bound (MIN_CLAIM_FRACTION, 0.3 on the CPU) that host load cannot decide the side, and a
+        # claim that gains if it passes (one near the bound would be ranked at the parent's floor by cpu_scale).
         claim = box["cpu_ms"] / 5
         body = json.dumps({"op": "go", "ok": True, "dtype": "float32", "shape": [], "time_ms": claim,
                            "times_ms": [claim], "event_ms": None, "host_ms": claim, "hidden_work": False,
