@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from service.web.highlight import source_html
+from service.web.highlight import HIGHLIGHT_CPU_S, source_html
 from tests.service.conftest import CORRECT_KL_DIV, new_key
 
 SIZE = 256 * 1024
@@ -44,11 +44,12 @@ def test_a_256_kb_hostile_public_source_page_answers_within_its_cpu_budget(clien
 
 
 def test_an_honest_source_of_the_same_size_is_still_highlighted_and_the_fallback_is_plain_text():
-    # Highlighted within the budget: its lexing takes a quarter of HIGHLIGHT_CPU_S (0.12-0.14 s, docs/reliability.md);
-    # what a view costs is measured by scripts/experiments/highlight_cost.py, not timed here (a loaded CI host's
-    # clocks are no measure of it).
+    # Highlighted, given CPU: its lexing is linear, a quarter of HIGHLIGHT_CPU_S on an idle host (0.12-0.14 s,
+    # docs/reliability.md; scripts/experiments/highlight_cost.py measures it). Not timed against the budget here: on
+    # a loaded 2-core CI host the same lexing read over 0.5 s of thread CPU (SMT siblings and caches shared with the
+    # other process), and a host that slow showing plain text is the budget doing its job.
     honest = _repeat(CORRECT_KL_DIV.read_text(), SIZE)
-    html = str(source_html(honest))
+    html = str(source_html(honest, cpu_s=20 * HIGHLIGHT_CPU_S))
     assert '<span class="kn">import</span>' in html and '<span class="k">class</span>' in html
     plain = str(source_html(honest, cpu_s=0.0))  # no CPU left: plain, still escaped and numbered
     assert '<span class="k">' not in plain and "import torch" in plain
