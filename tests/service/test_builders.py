@@ -4,7 +4,9 @@ A builder (`worker --role build`) and a run worker (`worker --role run`) with se
 nothing reaches the run worker through a shared disk: every build it runs travels as an artifact through the
 database. The CPU corpus is judged to its declared verdicts; a builder SIGKILLed in the middle of a build loses
 nothing; a tampered artifact (bytes changed after publish, or a manifest for another key) is refused, and the
-verdict is still the candidate's own. The queue's stage rules are checked in-process on both databases.
+verdict is still the candidate's own. (In the last two the build roots stay apart and the cache root, which holds
+the judge's trusted precompiled headers and baselines, is the session's.) The queue's stage rules are checked
+in-process on both databases.
 """
 
 from __future__ import annotations
@@ -81,11 +83,20 @@ def builder(spawn, tmp_path: Path, name: str = "builder", **env: str):
     return spawn("worker", JUDGE_ROLE="build", **roots(tmp_path, name), **env)
 
 
-def run_worker(spawn, judge_dirs: dict[str, str], tmp_path: Path, name: str = "runner"):
+def headed_builder(spawn, judge_dirs: dict[str, str], tmp_path: Path, name: str = "builder"):
+    """A builder with its own build root and the session's cache root, precompiled headers on: for the tests of a
+    lost builder and of a tampered artifact, where what matters is that the build travels as an artifact (the build
+    roots are apart), not where the trusted headers come from. A build without them cost ~40 s a time on the 2-core
+    CI machine, with them ~7 s."""
+    return spawn("worker", JUDGE_ROLE="build", JUDGE_BUILD_ROOT=str(tmp_path / name / "builds"),
+                 JUDGE_CACHE_ROOT=judge_dirs["JUDGE_CACHE_ROOT"])
+
+
+def run_worker(spawn, judge_dirs: dict[str, str], tmp_path: Path, name: str = "runner", *, headers: bool = False):
     """A run worker: its own build root; the session's baseline cache (the CPU baselines are measured once per test
-    run, and a builder never reads them)."""
+    run, and a builder never reads them). `headers`: the session's precompiled headers for what it builds itself."""
     return spawn("worker", JUDGE_ROLE="run", JUDGE_BUILD_ROOT=str(tmp_path / name / "builds"),
-                 JUDGE_CACHE_ROOT=judge_dirs["JUDGE_CACHE_ROOT"], JUDGE_PRECOMPILED_HEADERS="0")
+                 JUDGE_CACHE_ROOT=judge_dirs["JUDGE_CACHE_ROOT"], JUDGE_PRECOMPILED_HEADERS="1" if headers else "0")
 
 
 def registered(db: Database, role: str) -> bool:
@@ -183,7 +194,7 @@ def builder_id(db: Database, pid: int) -> str:
 
 @pytest.mark.timeout(900)
 def test_a_builder_killed_mid_build_loses_nothing(db, spawn, judge_dirs, tmp_path):
-    first = builder(spawn, tmp_path, "b1")
+    first = headed_builder(spawn, judge_dirs, tmp_path, "b1")
     wait_for(lambda: registered(db, "build"), 120, "the builder to register")
     sub = submit(db, CPU / "kl_div_cpp_correct.py", f"killed {tmp_path.name}")
     # Mid-build: the job is the builder's and its build directory exists, but nothing is stored yet.
@@ -191,7 +202,7 @@ def test_a_builder_killed_mid_build_loses_nothing(db, spawn, judge_dirs, tmp_pat
     wait_for(lambda: any(builds.glob("*/build")) and not any(builds.glob("*/result.json")), 300,
              "the build to start")
     first.kill9()
-    second = builder(spawn, tmp_path, "b2")
+    second = headed_builder(spawn, judge_dirs, tmp_path, "b2")
     # The run worker comes once the second builder is alive, so the job is the builders' (a run worker with no
     # builder alive would build it itself, which is the next rule, not this test's).
     wait_for(lambda: registered_pid(db, second.pid), 120, "the second builder to register")
@@ -209,7 +220,7 @@ def test_a_builder_killed_mid_build_loses_nothing(db, spawn, judge_dirs, tmp_pat
 @pytest.mark.parametrize("tamper", ["bytes"])  # a manifest for another key: tests/sandbox/test_artifacts.py, and
 # the run worker's same refusal path (one process pair each costs CI a full judging)
 def test_a_tampered_artifact_is_refused_and_the_verdict_is_the_candidates(db, spawn, judge_dirs, tmp_path, tamper):
-    build = builder(spawn, tmp_path)
+    build = headed_builder(spawn, judge_dirs, tmp_path)
     sub = submit(db, CPU / "kl_div_cpp_correct.py", f"tampered {tamper} {tmp_path.name}")
     wait_for(lambda: job_of(db, sub).artifact_sha256, 600, "the build to be published")
     assert build.terminate() == 0
@@ -227,7 +238,7 @@ def test_a_tampered_artifact_is_refused_and_the_verdict_is_the_candidates(db, sp
             row = s.get(ArtifactRow, job.build_key)
             row.data, row.sha256 = forged, store.digest(forged)
             s.execute(update(Job).where(Job.id == job.id).values(artifact_sha256=store.digest(forged)))
-    run = run_worker(spawn, judge_dirs, tmp_path)  # no builder alive: it builds what it refuses
+    run = run_worker(spawn, judge_dirs, tmp_path, headers=True)  # no builder alive: it builds what it refuses
     wait_for(lambda: status_of(db, sub), 800, "the verdict")
     assert status_of(db, sub) == "correct"
     run.terminate()
