@@ -86,7 +86,7 @@ def measure(task_id: TaskId, device_str: str, shape: tuple[int, ...], names: tup
         fn = torch.compile(model) if name == "compile" else model
         est = child_timing.time_calls(clock, lambda: fn(*inputs), reps=3, warmup=2)
         reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps,
-                                        config.max_reps)
+                                        config.max_reps_on(device.type))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
@@ -156,7 +156,7 @@ def measure_training(task: Task, device: torch.device, shape: tuple[int, ...], n
     def timed(fn: Callable[[], object]) -> tuple[dict, int | None]:
         est = child_timing.time_calls(clock, fn, reps=3, warmup=2)
         reps, warmup = timing.plan_reps(sorted(est.times_ms)[1], config.timing_budget_ms, config.min_reps,
-                                        config.max_reps)
+                                        config.max_reps_on(device.type))
         base = None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)

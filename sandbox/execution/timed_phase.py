@@ -65,7 +65,8 @@ class TimedPhase:
         official = self.task.distributions[0]
         est, _ = self.ask(msg.Estimate(shape=list(self.shape), distribution=official, seed=secrets.randbits(62)),
                           msg.EstimateReply, "timing estimate", self.config.call_timeout_s * ESTIMATE_TIMEOUT_FACTOR)
-        reps, _ = plan_reps(est.estimate_ms, self.config.timing_budget_ms, self.config.min_reps, self.config.max_reps)
+        reps, _ = plan_reps(est.estimate_ms, self.config.timing_budget_ms, self.config.min_reps,
+                            self.config.max_reps_on("cuda" if self.is_cuda else "cpu"))
         size = self.batch_size()
         (warm, timed), throttle = self.clocked(lambda: self.timed_batches(reps, size))
         clock_details: dict[str, Any] = {"check": throttle.as_dict(), "retimed": False}

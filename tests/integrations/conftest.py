@@ -58,10 +58,10 @@ class Judge:
 
 def _env(db_url: str, root: Path, **overrides: str) -> dict[str, str]:
     # These tests prove that verdicts travel through the adapters, not how well kernels are timed (tests/sandbox
-    # does): a timing budget of 1 ms times a correct kernel min_reps (10) times instead of max_reps (100), its
-    # 45 s of timing on this loaded 2-core machine becoming ~5; and a pre-started judge child per worker takes
-    # the ~13 s start (an interpreter with torch) off each correct kernel's clock. Both are the judge's own
-    # settings, its cold path is covered in tests/service.
+    # does): a timing budget of 1 ms times a correct kernel min_reps (10) times instead of the CPU's cpu_max_reps
+    # (30; with 100, as it once was, 45 s of timing on this loaded 2-core machine, ~5 with 10); and a pre-started
+    # judge child per worker takes the ~13 s start (an interpreter with torch) off each correct kernel's clock. Both
+    # are the judge's own settings, its cold path is covered in tests/service.
     return {**os.environ, "JUDGE_BUILD_ROOT": str(root / "builds"), "JUDGE_CACHE_ROOT": str(root / "cache"),
             "DATABASE_URL": db_url, "JUDGE_DEVICES": "cpu", "JUDGE_COMPILE_WORKERS": "1", "JUDGE_LEASE_S": "30",
             "JUDGE_POLL_S": "0.05", "JUDGE_TIMING_BUDGET_MS": "1", "JUDGE_TRIALS_PER_DISTRIBUTION": "1",

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from sandbox import Status, judge
+from sandbox.config import JudgeConfig
 from sandbox.execution.records import TimedCall
 from sandbox.execution.timed_phase import host_decided
 from sandbox import protocol as msg
@@ -285,12 +286,21 @@ def saturated_cpus():
             proc.wait()
 
 
+def test_the_cpu_times_at_most_cpu_max_reps_calls_and_a_gpu_max_reps() -> None:
+    config = JudgeConfig(max_reps=100, cpu_max_reps=30)
+    assert config.max_reps_on("cpu") == 30 and config.max_reps_on("cuda") == 100
+    assert replace(config, max_reps=12).max_reps_on("cpu") == 12  # an operator's lower max_reps still holds
+
+
 def test_honest_control_is_correct_while_the_cpus_are_saturated(judge_config, saturated_cpus) -> None:
     """The control misjudged under load before (tamper_detected); with every CPU busy it must be correct,
-    and the details must say what the timing scheme did."""
-    verdict = judge("kl_div", CONTROL.read_text(), "cpu", config=judge_config)
+    and the details must say what the timing scheme did. With the judge's default `max_reps` (a GPU's): the CPU
+    plans `cpu_max_reps` calls."""
+    config = replace(judge_config, max_reps=JudgeConfig().max_reps)
+    verdict = judge("kl_div", CONTROL.read_text(), "cpu", config=config)
     assert verdict.status is Status.CORRECT, verdict.diagnosis
     timing = verdict.details["timing"]
+    assert config.max_reps > config.cpu_max_reps == timing["planned_calls"], timing["planned_calls"]
     calls = timing["timed_calls"] + timing["warmup_calls"]
     assert timing["scheme"].startswith("fresh seed per call") and sum(timing["distributions"].values()) == calls
     assert timing["batch_size"] == 1, "on the CPU a flush cannot overlap a call: one call per batch"
