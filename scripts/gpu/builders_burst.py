@@ -200,7 +200,7 @@ def arrangement(label: str, builders: int, args: argparse.Namespace, cands: list
             procs.append(start_worker("run", "runner", fresh.url, work, out, args.device, args.run_slots,
                                       args.cache_root))
             procs += [start_worker("build", f"builder-{i}", fresh.url, work, out, args.device, args.builder_slots,
-                                   None if args.device == "cuda" else args.cache_root) for i in range(builders)]
+                                   builder_cache(args, i)) for i in range(builders)]
         ready_s = wait_ready(db, procs, args.ready_timeout, bool(Settings().warm_flag_sets()))
         burst_at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         ids = post_burst(db, cands)
@@ -213,6 +213,17 @@ def arrangement(label: str, builders: int, args: argparse.Namespace, cands: list
     report["workers"] = worker_counters(fresh.url)
     fresh.close()
     return report
+
+
+def builder_cache(args: argparse.Namespace, i: int) -> Path | None:
+    """Builder i's cache root: fresh per arrangement (None), the given one on the CPU path, or with
+    --keep-builder-headers its own from one arrangement to the next. A builder's cache root holds only its shared
+    headers and the nvcc driver (it executes nothing: no baselines); its build root and the database stay fresh, so
+    no candidate's build is reused, and the burst waits for every worker's headers either way: only the device time
+    spent building the same headers again is saved."""
+    if args.device != "cuda":
+        return args.cache_root
+    return args.work / "builder-caches" / f"builder-{i}" if args.keep_builder_headers else None
 
 
 def account(db: Database, url: str, label: str, builders: int, cands: list[dict], ids: list[str],
@@ -297,6 +308,8 @@ def main() -> int:
     parser.add_argument("--compile-workers", type=int, default=None, help="the baseline worker's (default: its own)")
     parser.add_argument("--cache-root", type=Path, default=None,
                         help="a baseline and header cache to reuse (default: fresh per worker; for the CPU path)")
+    parser.add_argument("--keep-builder-headers", action="store_true",
+                        help="each builder keeps its cache root (its headers) across arrangements")
     parser.add_argument("--ready-timeout", type=float, default=1800.0)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the last verdict")
     args = parser.parse_args()

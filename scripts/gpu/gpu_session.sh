@@ -36,7 +36,7 @@
 # kernel languages come in parts over several calls (scripts/gpu/fetch_device_deps.sh): the stage installs them once
 # the last part is in the working tree the calls bring (LANGS_WAIT_S, default 900 s), else judges without them.
 # serve-burst (issues 39, 40): scripts/gpu/burst.py on the CUDA corpus and hostile classes 12-14 at serve's defaults.
-# builders (issue 43): scripts/gpu/builders_burst.py, N = 8, 4, 2 builders and the single worker, 64 forward kernels.
+# builders (issue 43): scripts/gpu/builders_burst.py, the single worker, then N = 8, 2, 4 builders (each keeps its headers), 64 forward kernels.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
 # What each stage printed is in /tmp/session/out/<stage>/; the packed copy comes back as $OUT/session.tgz.
 set -uo pipefail
@@ -110,7 +110,7 @@ run_stages() {
                     --exclude hang.py 'c[1-9]_*' 'c1[01]_*' 't[0-9]_*' 'control_*' --timeout 420 --out "$out/serve-burst" ;;
             builders)  # issue 43: one GPU worker and N builders with their own caches against today's single worker,
                        # 64 distinct forward kernels (the training files hold the GPU 6-13 s each: they would measure it)
-                stage builders python3 -m scripts.gpu.builders_burst --baseline --builders 8 4 2 --count 64 \
+                stage builders python3 -m scripts.gpu.builders_burst --baseline --builders 8 2 4 --keep-builder-headers --count 64 \
                     --exclude '*_train_*' --out "$out/builders" ;;
             honest)  # issue 44: the honest CUDA corpus on pre-started children, no repeat study: verdicts and ranked
                      # medians beside the last acceptance (docs/results/integrity-v4-h200-2026-11-28.md)
