@@ -20,9 +20,10 @@ child passes the PCH through CPATH), so an execution child's ninja finds the cac
 The subset PCH (`SUBSET_DIR`): most of a main.cpp compile that uses the PCH is not parsing but the template
 instantiations torch/extension.h's inline functions require at the end of every translation unit (69% of it;
 a PCH cannot hold them), most of them for torch's C++ frontend (torch::nn, optim, data, jit, serialize), which
-a load_inline binding file seldom uses. So each variant also holds a PCH of `SUBSET_HEADERS`, a subset of
-torch's own headers included verbatim: everything torch/extension.h gives but that frontend (ATen with every
-operator, torch/types.h with torch's factories, pybind11 and torch's casters, its Python helpers). The
+a load_inline binding file seldom uses. So each variant also holds a PCH of `SUBSET_HEADERS`
+(sandbox/build/pch_compilers.py), a subset of torch's own headers included verbatim: everything torch/extension.h
+gives but that frontend (ATen with every operator, torch/types.h with torch's factories, pybind11 and torch's
+casters, its Python helpers). The
 same main.cpp then compiled in 3.5-3.8 s instead of 7.5-7.9 s on the development machine. The build child
 offers it first and falls back to the full PCH when main.cpp does not compile with it
 (sandbox/child/build/hooks.py): a candidate's compile errors are always torch's own.
@@ -36,17 +37,28 @@ Layout under `<cache_root>/build-accel/` (survives restarts; one per host, like 
     <variant>/main-subset/torch/extension.h       the same stub
     <variant>/flags.json              those flags (what the child compares with), and what built it
     <variant>.lock                    held while it is built, and while eviction removes it
+    <variant>.full.lock               held while its full PCH is finished after the subset was published
     <variant>.failed                  the compiler's output, when building it failed (not retried)
+    <variant>.full.failed             the same for the full PCH of a published subset-only variant
 
 A variant is built in a private temporary directory and renamed into place: a reader sees nothing or a
 whole PCH, and two workers asking at once build it once (the second waits on the lock, then finds it).
 At most `MAX_VARIANTS` are kept, least recently used first out (each is ~0.3-0.8 GB).
+
+Subset first: both PCHs of a variant are compiled side by side, and the variant is published as soon as its subset
+is built (26 s of g++ on the 2-core development machine, against 36 s for the full one), with the full PCH still
+compiling: a host's first candidates, whose main.cpp most often compiles with the subset, wait for it alone. The
+full PCH's compiler runs at the lowest priority from its start (`pch_compilers.to_background`), and a thread of the
+builder's process (`finish_full`, holding `<variant>.full.lock`) moves it in when it is done, its stub first:
+until then a main.cpp that needs the full header is compiled against torch's own (the child's hooks see no `.gch`
+there; a link the child made to it dangles, and g++ then reads the stub, which goes on to torch's header), which is
+what the build would do without the judge. A full PCH that failed is recorded in `<variant>.full.failed`
+and the variant stays subset-only; one whose builder died is started again by the next caller.
 """
 
 from __future__ import annotations
 
 import ast
-import fcntl
 import functools
 import hashlib
 import inspect
@@ -55,19 +67,19 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
+import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
 from sandbox import supervisor
+from sandbox.build.pch_compilers import (finish_full, finish_subset, flag_include_dirs,
+                                          has_full, kill_compiler, locked, release, start_compiler,
+                                          start_subset, to_background, try_lock, usable)
 from sandbox.shared.accel_layout import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
 
 ACCEL_DIR = "build-accel"
@@ -75,14 +87,6 @@ CHILD_MOUNT = "/judge-accel"
 """Where a bubblewrap build child sees the accelerator directory (read-only)."""
 CHILD_CXX = "c++"
 """torch's compiler when CXX is unset, as in every build child (torch.utils.cpp_extension.get_cxx_compiler)."""
-SUBSET_HEADERS = ("torch/types.h", "torch/csrc/Device.h", "torch/csrc/Dtype.h", "torch/csrc/DynamicTypes.h",
-                  "torch/csrc/Exceptions.h", "torch/csrc/autograd/python_variable.h", "torch/csrc/python_headers.h",
-                  "torch/csrc/utils/pybind.h", "torch/csrc/utils/python_numbers.h",
-                  "torch/csrc/utils/python_tuples.h")
-"""torch/extension.h is torch/all.h (torch/types.h and the C++ frontend) plus torch/python.h (these
-headers, and the frontend's module bindings). The subset is torch/types.h and torch/python.h's own includes
-less the frontend's: only the frontend's declarations are missing, and a main.cpp that needs them fails to
-compile with the subset and is compiled again with the full PCH."""
 LAYOUT = "full+main-subset+stub 2"
 """Part of a variant's id: a variant built before the layout changed (the subset PCH, the stub) is built again,
 once."""
@@ -188,12 +192,6 @@ def child_compiler() -> str:
     return shutil.which(CHILD_CXX, path=supervisor.child_path()) or CHILD_CXX
 
 
-def flag_include_dirs(flags: list[str]) -> list[Path]:
-    """The include directories of a compile's tokens (`normalise`d: `-isystem` and its directory are two
-    tokens), in command-line order. (sandbox/child/build/hooks.include_dirs reads torch's unsplit nvcc flags.)"""
-    return [Path(flags[i + 1]) for i, tok in enumerate(flags[:-1]) if tok in ("-isystem", "-I")]
-
-
 def header_path(flags: list[str]) -> Path | None:
     """torch/extension.h as the compile would find it: in the first include directory that has it."""
     return next((d / "torch" / "extension.h" for d in flag_include_dirs(flags)
@@ -207,81 +205,6 @@ def variant_id(compiler: str, compiler_version: str, torch_version: str, flags: 
 
 # --- building a variant, once per host ---------------------------------------------------------------
 
-@contextmanager
-def _locked(path: Path, *, blocking: bool = True) -> Iterator[bool]:
-    with open(path, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-_SUPERVISOR = """\
-import ctypes, os, signal, subprocess, sys
-parent, argv = int(sys.argv[1]), sys.argv[2:]
-def kill_tree(*_):
-    os.killpg(0, signal.SIGKILL)
-def parent_died(*_):
-    if os.getppid() != parent:
-        kill_tree()
-signal.signal(signal.SIGTERM, kill_tree)
-signal.signal(signal.SIGUSR1, parent_died)
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGUSR1, 0, 0, 0)  # PR_SET_PDEATHSIG
-parent_died()
-code = subprocess.call(argv)
-sys.exit(code if code >= 0 else 128 - code)
-"""
-"""`python -I -S -c _SUPERVISOR PARENT_PID ARGV...` runs a PCH compiler (ARGV) that dies with the process that
-started it. Trusted code, judge's own compiles; started with `start_new_session`, so it leads a process group
-holding the whole compiler tree.
-
-Why not exec the compiler in place, as `sandbox.execution.baseline`'s `_WATCHED_MAIN` does: PR_SET_PDEATHSIG covers only
-the process that asks, and g++ is a driver that runs cc1plus as its child, which would outlive a killed g++
-(and the PCH compile is cc1plus's tens of seconds). So this stays as the group's parent and, when its own
-parent-death signal comes, SIGKILLs the group, itself and the compilers. The signal fires when the *thread*
-that started it exits, not only the process: the handler acts only once getppid() is no longer the starting
-process (a thread's exit reparents it to another thread of that process, with the same pid, and arms the
-signal again for the next one). The check right after the request catches a starter that died before it.
-SIGTERM (a timeout's kill, an operator) also takes the whole group. No Python runs between fork and exec in
-the worker (no pre-exec callback in `Popen`, see sandbox/isolation.py): the request is made here, after exec, as
-the baseline process does; `setpriv --pdeathsig` would have the same one-process reach and needs util-linux 2.33+."""
-
-
-def _start_compiler(argv: list[str], **popen: object) -> subprocess.Popen:
-    """Start a PCH compiler under `_SUPERVISOR`: it and its children die with this process."""
-    return subprocess.Popen([sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), *argv],
-                            start_new_session=True, **popen)
-
-
-def _kill_compiler(proc: subprocess.Popen) -> None:
-    """SIGKILL the supervisor's whole group (before it is reaped, so its pid is still the group's id)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _run_compiler(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:
-    """Run a PCH compiler to its end; None when it ran past `timeout_s` (then its whole tree is killed)."""
-    proc = _start_compiler(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_compiler(proc)
-        proc.communicate()
-        return None
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
-def _complete(variant_dir: Path) -> bool:
-    return (variant_dir / FLAGS_FILE).is_file() and (variant_dir / PCH_NAME).is_file()
-
-
 def variant_path(root: Path, compiler: str, flags: list[str]) -> Path | None:
     """Where the variant for these flags lives (built or not); None when torch's header is not among them."""
     if header_path(flags) is None:
@@ -290,112 +213,150 @@ def variant_path(root: Path, compiler: str, flags: list[str]) -> Path | None:
                              flags)
 
 
-def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: float = BUILD_TIMEOUT_S) -> Path | None:
-    """The variant directory for these flags, built now if missing; None when it cannot be built here.
+def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: float = BUILD_TIMEOUT_S,
+                  wait_full: bool = False) -> Path | None:
+    """The variant directory for these flags, published now if missing; None when it cannot be built here.
 
-    Safe with any number of concurrent callers, in threads or processes: one builds, the rest wait for
-    its lock and then find it (or its `.failed` record)."""
+    It returns once the variant is usable, which may be before its full PCH is in place (module doc: subset first);
+    `wait_full`: not before the full PCH is in place or has failed. Safe with any number of concurrent callers, in
+    threads or processes: one builds, the rest wait for its lock and then find it (or its `.failed` record)."""
     header = header_path(flags)
     final = variant_path(root, compiler, flags)
     if header is None or final is None:
         return None
     vid = final.name
     root.mkdir(parents=True, exist_ok=True)
-    if _complete(final):
-        return final
-    failed = root / f"{vid}.failed"
-    with _locked(root / f"{vid}.lock"):
-        if _complete(final):
-            return final
-        if failed.exists():
-            return None
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-", dir=root))
-        try:
-            (tmp / "torch").mkdir()
-            argv = [*shlex.split(compiler), *flags, "-x", "c++-header", str(header), "-o", str(tmp / PCH_NAME)]
-            started = time.monotonic()
-            subset = _start_subset(tmp, compiler, flags)  # beside the full PCH: the host has cores
-            try:
-                proc = _run_compiler(argv, timeout_s)
-                if proc is None:
-                    return None  # a loaded host: try again another time
-            except OSError as exc:
-                failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
+    if not usable(final):
+        with locked(root / f"{vid}.lock"):
+            if not usable(final) and ((root / f"{vid}.failed").exists()
+                                      or not _build(root, final, compiler, flags, header, timeout_s)):
                 return None
-            finally:
-                subset_seconds = _finish_subset(tmp, subset, started, timeout_s)
-            if proc.returncode != 0 or not (tmp / PCH_NAME).is_file():
-                failed.write_text(f"{shlex.join(argv)}\n{proc.stdout}{proc.stderr}")
-                return None
-            for pch in (tmp / PCH_NAME, tmp / SUBSET_DIR / PCH_NAME):
-                if pch.is_file():
-                    pch.with_suffix("").write_text(STUB_TEXT)  # torch/extension.h beside torch/extension.h.gch
-            (tmp / FLAGS_FILE).write_text(json.dumps({
-                "flags": flags, "compiler": compiler, "header": str(header), "torch": torch.__version__,
-                "seconds": round(time.monotonic() - started, 1), "subset_seconds": subset_seconds}))
-            os.chmod(tmp, 0o755)
-            shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed builder
-            tmp.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    _full_pch(root, final, compiler, flags, header, timeout_s, wait=wait_full)
     _evict(root, keep=final)
     return final
 
 
-def subset_header_text(flags: list[str]) -> str | None:
-    """The subset PCH's source: `SUBSET_HEADERS`, each as torch's own file found through the compile's include
-    directories; None when this torch lacks one (a layout this code does not know: the full PCH only)."""
-    dirs = flag_include_dirs(flags)
-    if not all(any((d / name).is_file() for d in dirs) for name in SUBSET_HEADERS):
-        return None
-    lines = ["// The subset of torch/extension.h a load_inline main.cpp is offered first (sandbox/build/accel.py)."]
-    return "\n".join([*lines, *(f"#include <{name}>" for name in SUBSET_HEADERS)]) + "\n"
+def _full_argv(compiler: str, flags: list[str], header: Path, out_dir: Path) -> list[str]:
+    return [*shlex.split(compiler), *flags, "-x", "c++-header", str(header), "-o", str(out_dir / PCH_NAME)]
 
 
-def _start_subset(tmp: Path, compiler: str, flags: list[str]) -> subprocess.Popen | None:
-    """Start compiling the subset PCH into `tmp/SUBSET_DIR`; None when there is none to build."""
-    text = subset_header_text(flags)
-    if text is None:
-        return None
-    source = tmp / ".subset-source" / "torch" / "extension.h"  # not kept: a PCH needs none of its sources
-    source.parent.mkdir(parents=True)
-    source.write_text(text)
-    (tmp / SUBSET_DIR / "torch").mkdir(parents=True)
-    argv = [*shlex.split(compiler), *flags, "-x", "c++-header", str(source), "-o", str(tmp / SUBSET_DIR / PCH_NAME)]
+def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Path, timeout_s: float) -> bool:
+    """Build and publish the variant (its lock held): once the subset is built, with the full PCH handed to
+    `finish_full`; without a subset, once the full PCH is built. False when it could not be built now."""
+    vid = final.name
+    failed = root / f"{vid}.failed"
+    for stale in root.glob(f".tmp-{vid}-*"):  # a killed builder's: none is live while this lock is free (_evict)
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-", dir=root))
+    full_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-full-", dir=root))
+    handed_over = False
     try:
-        return _start_compiler(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    except OSError:
-        return None
+        (full_dir / "torch").mkdir()
+        argv = _full_argv(compiler, flags, header, full_dir)
+        started = time.monotonic()
+        try:
+            full = start_compiler(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except OSError as exc:
+            failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
+            return False
+        try:
+            subset = start_subset(tmp, compiler, flags)
+            if subset is not None:  # nobody will wait for the full PCH: the subset's compile comes first
+                to_background(full)
+            subset_seconds = finish_subset(tmp, subset, started, timeout_s)
+            # Taken before the variant is visible, so that no caller of `_full_pch` starts a second full PCH.
+            lock = try_lock(root / f"{vid}.full.lock") if subset_seconds is not None else None
+            if lock is not None:
+                _publish(tmp, final, {"flags": flags, "compiler": compiler, "header": str(header),
+                                      "torch": torch.__version__, "seconds": None, "subset_seconds": subset_seconds})
+                threading.Thread(target=finish_full, args=(root, final, full, full_dir, argv, started, timeout_s,
+                                                            lock), name=f"pch-full-{vid[:8]}", daemon=True).start()
+                handed_over = True
+                return True
+            out, err = full.communicate(timeout=max(1.0, timeout_s - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired:
+            return False  # a loaded host: try again another time
+        finally:
+            if not handed_over and full.poll() is None:
+                kill_compiler(full)
+                full.communicate()
+        if full.returncode != 0 or not (full_dir / PCH_NAME).is_file():
+            failed.write_text(f"{shlex.join(argv)}\n{out}{err}")
+            return False
+        (tmp / PCH_NAME).parent.mkdir(exist_ok=True)
+        os.replace(full_dir / PCH_NAME, tmp / PCH_NAME)
+        _publish(tmp, final, {"flags": flags, "compiler": compiler, "header": str(header), "torch": torch.__version__,
+                              "seconds": round(time.monotonic() - started, 1), "subset_seconds": subset_seconds})
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not handed_over:
+            shutil.rmtree(full_dir, ignore_errors=True)
 
 
-def _finish_subset(tmp: Path, proc: subprocess.Popen | None, started: float, timeout_s: float) -> float | None:
-    """Wait for the subset PCH; keep it only if it was built whole. Its build time, or None without one."""
-    if proc is None:
-        return None
+def _publish(tmp: Path, final: Path, record: dict) -> None:
+    """Stubs beside the PCHs built, the flags record, then the rename that makes the variant visible whole."""
+    for pch in (tmp / PCH_NAME, tmp / SUBSET_DIR / PCH_NAME):
+        if pch.is_file():
+            pch.with_suffix("").write_text(STUB_TEXT)  # torch/extension.h beside torch/extension.h.gch
+    (tmp / FLAGS_FILE).write_text(json.dumps(record))
+    os.chmod(tmp, 0o755)
+    shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed builder
+    tmp.rename(final)
+
+
+def _full_pch(root: Path, final: Path, compiler: str, flags: list[str], header: Path, timeout_s: float, *,
+              wait: bool) -> None:
+    """See that a published variant's full PCH is in place or on its way: nothing when it is there or failed; when
+    no builder is finishing it (its builder died), start it again here (in the background unless `wait`); with
+    `wait`, return only once it is there or failed (or could not be built now)."""
+    vid = final.name
+    full_lock, full_failed = root / f"{vid}.full.lock", root / f"{vid}.full.failed"
+    if has_full(final) or full_failed.exists():
+        return
+    if wait:
+        with locked(full_lock):  # a builder finishing it holds this until the full PCH is in place
+            pass
+    if has_full(final) or full_failed.exists():
+        return
+    lock = try_lock(full_lock)
+    if lock is None:
+        return  # another caller is finishing it now
+    if has_full(final) or not final.is_dir():
+        release(lock)
+        return
+    for stale in root.glob(f".tmp-{vid}-full-*"):  # a finisher that died with its process
+        shutil.rmtree(stale, ignore_errors=True)
+    full_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-full-", dir=root))
+    (full_dir / "torch").mkdir()
+    argv = _full_argv(compiler, flags, header, full_dir)
     try:
-        _, err = proc.communicate(timeout=max(1.0, timeout_s - (time.monotonic() - started)))
-    except subprocess.TimeoutExpired:
-        _kill_compiler(proc)
-        _, err = proc.communicate()
-    shutil.rmtree(tmp / ".subset-source", ignore_errors=True)
-    if proc.returncode == 0 and (tmp / SUBSET_DIR / PCH_NAME).is_file():
-        return round(time.monotonic() - started, 1)
-    shutil.rmtree(tmp / SUBSET_DIR, ignore_errors=True)
-    (tmp / f"{SUBSET_DIR}.failed").write_text(f"exit status {proc.returncode}\n{err[-20000:]}")
-    return None
+        proc = start_compiler(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        full_failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
+        shutil.rmtree(full_dir, ignore_errors=True)
+        release(lock)
+        return
+    args = (root, final, proc, full_dir, argv, time.monotonic(), timeout_s, lock)
+    if wait:
+        finish_full(*args)
+    else:
+        to_background(proc)
+        threading.Thread(target=finish_full, args=args, name=f"pch-full-{vid[:8]}", daemon=True).start()
 
 
 def _evict(root: Path, keep: Path, max_variants: int = MAX_VARIANTS) -> None:
     """Drop the least recently used variants beyond max_variants (never one being built or `keep`).
     A build child that was about to read a removed PCH simply reads the real header: same result."""
-    variants = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and _complete(p)]
+    variants = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and usable(p)]
     if len(variants) <= max_variants:
         return
     for path in sorted(variants, key=_last_used)[:len(variants) - max_variants]:
         if path == keep:
             continue
-        with _locked(root / f"{path.name}.lock", blocking=False) as got:
-            if got:
+        with locked(root / f"{path.name}.lock", blocking=False) as got, \
+                locked(root / f"{path.name}.full.lock", blocking=False) as finished:
+            if got and finished:
                 shutil.rmtree(path, ignore_errors=True)
 
 
@@ -430,8 +391,9 @@ def prepare(cache_root: Path, target: str, source: str) -> Path | None:
     return preparation(cache_root, target, source).root
 
 
-def preparation(cache_root: Path, target: str, source: str) -> Preparation:
-    """`prepare`, saying how long building missing variants took."""
+def preparation(cache_root: Path, target: str, source: str, *, wait_full: bool = False) -> Preparation:
+    """`prepare`, saying how long building missing variants took. `wait_full`: a build offered only full PCHs
+    (config.pch_subset off) waits for them (`build_variant`)."""
     sets = wanted_flag_sets(source)
     if not sets:
         return Preparation(root=None)
@@ -443,9 +405,9 @@ def preparation(cache_root: Path, target: str, source: str) -> Preparation:
         except Exception:  # noqa: BLE001 - torch could not describe its build (no CUDA here, say): no PCH
             continue
         path = variant_path(root, compiler, flags)
-        missing = path is not None and not _complete(path) and not path.with_name(f"{path.name}.failed").exists()
+        missing = path is not None and not usable(path) and not path.with_name(f"{path.name}.failed").exists()
         started = time.monotonic()
-        variant = build_variant(root, compiler, flags)
+        variant = build_variant(root, compiler, flags, wait_full=wait_full)
         if missing:
             building_s += time.monotonic() - started
         if variant is not None:

@@ -145,7 +145,7 @@ def offer_accelerators(config: "JudgeConfig", target: str, source: str) -> Offer
     if not config.precompiled_headers:
         return Offer(env=env, binds=binds)
     try:
-        prepared = build_accel.preparation(config.cache_root, target, source)
+        prepared = build_accel.preparation(config.cache_root, target, source, wait_full=not config.pch_subset)
     except OSError:  # a full or read-only cache disk: build without
         return Offer(env=env, binds=binds)
     if prepared.root is None:

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sandbox.build.accel import FLAGS_FILE, PCH_NAME, accel_root, build_variant, torch_compile_flags, variant_path
+from sandbox.build.accel import FLAGS_FILE, accel_root, build_variant, torch_compile_flags, variant_path
+from sandbox.build.pch_compilers import has_full, usable
 from sandbox.config import JudgeConfig
 
 WARM_FLAG_SETS: tuple[tuple[str, ...], ...] = (("-O2",), (), ("-O3",))
@@ -32,8 +33,10 @@ compiler here, or the compiler failed; candidates then build without it)."""
 
 
 def warm(cache_root: Path, target: str, flag_sets: Sequence[tuple[str, ...]] | None = None,
-         on_progress: WarmProgress | None = None) -> list[Path]:
-    """Build the variants of `flag_sets` (default `WARM_FLAG_SETS`) one after the other; the ones ready."""
+         on_progress: WarmProgress | None = None, wait_full: bool = False) -> list[Path]:
+    """Build the variants of `flag_sets` (default `WARM_FLAG_SETS`) one after the other; the ones ready. A variant
+    is ready once it is usable, its full PCH maybe still compiling beside the next (sandbox/build/accel.py, subset
+    first); `wait_full`: once its full PCH is in place too."""
     report = on_progress or (lambda *_: None)
     root, ready = accel_root(cache_root), []
     for extra in WARM_FLAG_SETS if flag_sets is None else flag_sets:
@@ -43,13 +46,13 @@ def warm(cache_root: Path, target: str, flag_sets: Sequence[tuple[str, ...]] | N
             report(extra, "failed", None)
             continue
         path = variant_path(root, compiler, flags)
-        if path is not None and (path / FLAGS_FILE).is_file() and (path / PCH_NAME).is_file():
+        if path is not None and usable(path) and has_full(path):
             report(extra, "ready", 0.0)
             ready.append(path)
             continue
         report(extra, "building", None)
         started = time.monotonic()
-        variant = build_variant(root, compiler, flags)
+        variant = build_variant(root, compiler, flags, wait_full=wait_full)
         if variant is None:
             report(extra, "failed", None)
             continue
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
                                      description="Build the precompiled torch/extension.h variants now.")
     parser.add_argument("--target", choices=["cpu", "cuda"], default="cuda")
     args = parser.parse_args(argv)
-    for variant in warm(JudgeConfig().cache_root, args.target):
+    for variant in warm(JudgeConfig().cache_root, args.target, wait_full=True):
         print(variant, json.loads((variant / FLAGS_FILE).read_text()).get("seconds"))
 
 

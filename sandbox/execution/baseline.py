@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from reference import TaskId
+from sandbox import scheduling
 from sandbox.config import JudgeConfig
 from sandbox.environment import device_name
 from sandbox.shared import timing
@@ -69,11 +70,21 @@ def _measure(task_id: TaskId, device: str, shape: tuple[int, ...], config: Judge
     # reference's compiled graphs for the measurement to find.
     inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(config.cache_root / INDUCTOR_CACHE)
     env = {**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads), "TORCHINDUCTOR_CACHE_DIR": inductor}
-    subprocess.run(
-        [sys.executable, "-c", _WATCHED_MAIN, str(os.getpid()), "--task", task_id, "--device", device,
-         "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out), *extra],
-        check=True, timeout=1800, env=env,
-    )
+    argv = [sys.executable, "-c", _WATCHED_MAIN, str(os.getpid()), "--task", task_id, "--device", device,
+            "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out), *extra]
+    # From a niced thread (the worker's warm-up, service/worker/warmup.py): a session of its own, niced as much, or
+    # its nice would count only against the worker's own processes (sandbox/scheduling.py).
+    background = scheduling.thread_nice() > 0
+    with subprocess.Popen(argv, env=env, start_new_session=background) as proc:
+        if background:
+            scheduling.nice_session(proc.pid, scheduling.thread_nice())
+        try:
+            code = proc.wait(timeout=1800)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    if code != 0:
+        raise subprocess.CalledProcessError(code, argv)
     try:
         return json.loads(out.read_text())
     finally:

@@ -85,6 +85,12 @@ def test_accelerators_never_change_a_verdict(judge_config: JudgeConfig, tmp_path
             if offered_no_accelerator(extract_candidate(path.read_text(encoding="utf-8")), on)}
     assert once == {CORPUS / "cpu" / "model_cross_entropy_std17.py", CORPUS / "cpu" / "model_kl_div_std14.py"}, once
     runs = [(path, config) for path in BOTH_WAYS for config in (on, off) if config is on or path not in once]
+    # Their variants whole (the full PCH too: a variant is published with its subset first, sandbox/build/accel.py),
+    # so that every accelerated build below uses a PCH to the end; the state before the full PCH is
+    # tests/sandbox/test_pch_subset_first.py's.
+    for path in BOTH_WAYS:
+        source = extract_candidate(path.read_text(encoding="utf-8"))
+        build_accel.preparation(on.cache_root, "cpu", source, wait_full=True)
     with ThreadPoolExecutor(max_workers=2) as pool:  # two builds at once: one per core of the CI machine
         done = list(pool.map(lambda run: prepare(corpus_meta(run[0])["task"], run[0].read_text(encoding="utf-8"),
                                                  target="cpu", config=run[1]), runs))

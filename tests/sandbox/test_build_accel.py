@@ -23,6 +23,7 @@ import pytest
 
 from sandbox import Status, judge
 from sandbox.build import accel as build_accel
+from sandbox.build import pch_compilers
 from sandbox.child.build import hooks as build_hooks
 from sandbox.pipeline import PreparedCandidate, prepare
 
@@ -35,7 +36,7 @@ CORRECT = CORPUS / "cpu" / "kl_div_cpp_correct.py"  # extra_cflags=["-O2"]
 
 def _variant(cache_root: Path, extra: tuple[str, ...]) -> Path:
     compiler, flags = build_accel.torch_compile_flags("cpu", extra)
-    variant = build_accel.build_variant(build_accel.accel_root(cache_root), compiler, flags)
+    variant = build_accel.build_variant(build_accel.accel_root(cache_root), compiler, flags, wait_full=True)
     assert variant is not None, "g++ could not precompile torch/extension.h here"
     return variant
 
@@ -113,6 +114,8 @@ def test_a_main_cpp_that_names_the_frontend_gets_the_full_pch_without_trying(tmp
     variant = tmp_path / "v"
     (variant / build_accel.SUBSET_DIR / "torch").mkdir(parents=True)
     (variant / build_accel.SUBSET_DIR / build_accel.PCH_NAME).write_bytes(b"pch")
+    (variant / build_accel.PCH_NAME).parent.mkdir()
+    (variant / build_accel.PCH_NAME).write_bytes(b"pch")
     offered = [(["-fPIC"], str(variant))]
     main_cpp = tmp_path / "main.cpp"
     for name in ("CPATH", "JUDGE_PCH_CPATH", "JUDGE_PCH_FULL"):
@@ -316,6 +319,7 @@ _START_BUILD = """\
 import sys
 from pathlib import Path
 from sandbox.build import accel as build_accel
+from sandbox.build import pch_compilers
 compiler, flags = build_accel.torch_compile_flags("cpu", ())
 build_accel.build_variant(Path(sys.argv[1]), compiler, flags)
 """
@@ -348,7 +352,7 @@ def test_a_killed_builder_takes_its_pch_compilers_with_it(tmp_path: Path) -> Non
     """SIGKILL of the process building the shared PCH (a worker, here a bare Python process) while both compilers
     run: the drivers and their cc1plus are gone soon after, none left compiling for nobody."""
     compiler, flags = build_accel.torch_compile_flags("cpu", ())
-    expected = 2 if build_accel.subset_header_text(flags) is not None else 1
+    expected = 2 if pch_compilers.subset_header_text(flags) is not None else 1
     mark = f"JUDGE_TEST_PCH_MARK={uuid.uuid4().hex}"
     name, value = mark.split("=", 1)
     builder = subprocess.Popen([sys.executable, "-c", _START_BUILD, str(tmp_path / "accel")],

@@ -1,0 +1,219 @@
+"""Subset first (sandbox/build/accel.py): a PCH variant is published as soon as its subset PCH is built, its full PCH
+moved in later by a thread of the builder's process; every state in between compiles what torch alone compiles.
+
+The parent's side runs real g++ on a small stand-in for torch's include tree (every header the subset names, one
+line each), with a compiler wrapper that holds the full PCH's compile at a gate the test opens (a FIFO named by
+JUDGE_TEST_PCH_GATE): the in-between state is then certain, not a race. The child's side is judged for real: the
+session's own -O2 variant, copied without its full PCH, offered to real sandboxed builds of candidates that need
+the full header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sandbox import Status, execute
+from sandbox.build import accel as build_accel
+from sandbox.build import pch_compilers
+from sandbox.child.build import hooks as build_hooks
+from sandbox.config import JudgeConfig
+from sandbox.pipeline import PreparedCandidate, prepare
+
+from .conftest import CORPUS, corpus_meta
+
+GATE = "JUDGE_TEST_PCH_GATE"
+
+
+def _fake_torch(root: Path) -> list[str]:
+    """A torch include tree with every header the subset PCH names; the flags of a compile against it."""
+    include = root / "include"
+    for name in (*pch_compilers.SUBSET_HEADERS, "torch/extension.h"):
+        (include / name).parent.mkdir(parents=True, exist_ok=True)
+        (include / name).write_text(f"#pragma once\n// {name}\n")
+    (include / "torch" / "extension.h").write_text("#pragma once\nstruct Judge { int x = 42; };\n")
+    return ["-isystem", str(include), "-fPIC", "-std=c++17"]
+
+
+def _gated_compiler(root: Path) -> str:
+    """g++, but a PCH compile of the full torch/extension.h first reads $JUDGE_TEST_PCH_GATE (a FIFO blocks it until
+    the test writes; /dev/null lets it through) and fails when it reads "fail". Every PCH compile is logged."""
+    script = root / "gated-g++"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"case \"$*\" in *c++-header*) echo \"$*\" >> {root / 'runs.log'};; esac\n"
+        "case \"$*\" in *c++-header*include/torch/extension.h*)\n"
+        f"  word=$(cat \"${GATE}\"); echo \"full PCH at nice $(nice)\" >> {root / 'runs.log'}\n"
+        "  [ \"$word\" = fail ] && { echo 'the full PCH refused' >&2; exit 1; };;\n"
+        "esac\n"
+        "exec g++ \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def _open_gate(gate: Path, word: str = "go") -> None:
+    with open(gate, "w") as fifo:  # blocks until the held compile opens it to read
+        fifo.write(word)
+
+
+def _full_runs(root: Path) -> int:
+    log = root / "runs.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum("c++-header" in line and "include/torch/extension.h" in line for line in lines)
+
+
+@pytest.fixture
+def gated(tmp_path: Path, monkeypatch) -> tuple[str, list[str], Path, Path]:  # noqa: ANN001
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    monkeypatch.setenv(GATE, str(gate))
+    return _gated_compiler(tmp_path), _fake_torch(tmp_path), tmp_path / "accel", gate
+
+
+def test_a_variant_is_published_with_its_subset_and_its_full_pch_moved_in_after(gated) -> None:  # noqa: ANN001
+    compiler, flags, root, gate = gated
+    variant = build_accel.build_variant(root, compiler, flags)
+    assert variant is not None
+    # Published while the full PCH is held at the gate: the subset and its stub, the record, no full PCH yet.
+    assert pch_compilers.usable(variant) and not pch_compilers.has_full(variant)
+    assert (variant / build_accel.SUBSET_DIR / "torch" / "extension.h").read_text() == build_accel.STUB_TEXT
+    record = json.loads((variant / build_accel.FLAGS_FILE).read_text())
+    assert record["flags"] == flags and record["seconds"] is None and record["subset_seconds"] > 0
+    assert list(root.glob(f".tmp-{variant.name}-full-*")), "the full PCH is not being compiled"
+    _open_gate(gate)
+    assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant
+    assert pch_compilers.has_full(variant)
+    assert (variant / "torch" / "extension.h").read_text() == build_accel.STUB_TEXT
+    assert json.loads((variant / build_accel.FLAGS_FILE).read_text())["seconds"] > 0
+    assert not list(root.glob(".tmp-*")) and _full_runs(root.parent) == 1
+    # Once published, nobody waits for the full PCH: it was compiled at the lowest priority.
+    assert "full PCH at nice 19" in (root.parent / "runs.log").read_text()
+    # What was moved in is a whole PCH that g++ reads.
+    use = root.parent / "use.cpp"
+    use.write_text("#include <torch/extension.h>\nint main() { return Judge{}.x - 42; }\n")
+    proc = subprocess.run(["g++", "-H", "-Winvalid-pch", *flags, str(use), "-o", str(root.parent / "use")],
+                          capture_output=True, text=True, env={**os.environ, "CPATH": str(variant)})
+    assert proc.returncode == 0 and f"! {variant}/torch/extension.h.gch" in proc.stderr, proc.stderr
+
+
+def test_a_full_pch_that_fails_after_the_subset_is_recorded_and_the_variant_stays(gated) -> None:  # noqa: ANN001
+    compiler, flags, root, gate = gated
+    variant = build_accel.build_variant(root, compiler, flags)
+    assert variant is not None and not pch_compilers.has_full(variant)
+    _open_gate(gate, "fail")
+    assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant  # returns: it failed
+    assert "the full PCH refused" in (root / f"{variant.name}.full.failed").read_text()
+    assert pch_compilers.usable(variant) and not pch_compilers.has_full(variant)
+    assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant
+    assert _full_runs(root.parent) == 1, "a failed full PCH was compiled again"
+    assert not list(root.glob(".tmp-*"))
+
+
+_PUBLISH_THEN_WAIT = """\
+import sys
+from pathlib import Path
+from sandbox.build import accel as build_accel
+compiler, flags = sys.argv[2], sys.argv[3:]
+print(build_accel.build_variant(Path(sys.argv[1]), compiler, flags), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_full_pch_whose_builder_died_is_compiled_again_by_the_next_caller(gated, monkeypatch) -> None:  # noqa: ANN001
+    compiler, flags, root, gate = gated
+    builder = subprocess.Popen([sys.executable, "-c", _PUBLISH_THEN_WAIT, str(root), compiler, *flags],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        variant = Path(builder.stdout.readline().strip())  # published, its full PCH held at the gate
+    finally:
+        builder.kill()
+        builder.wait()
+    assert pch_compilers.usable(variant) and not pch_compilers.has_full(variant)
+    stale = list(root.glob(f".tmp-{variant.name}-full-*"))
+    assert stale, "the dead builder's full PCH directory"
+    monkeypatch.setenv(GATE, "/dev/null")  # the next compile goes through
+    assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant
+    assert pch_compilers.has_full(variant) and not any(p.exists() for p in stale)
+    assert _full_runs(root.parent) == 2
+
+
+# --- the child: a variant whose full PCH is not there yet ---------------------------------------------------
+
+def test_the_child_offers_a_subset_only_variant_and_never_points_at_a_missing_full_pch(tmp_path: Path,
+                                                                                     monkeypatch) -> None:  # noqa: ANN001
+    variant = tmp_path / "v"
+    (variant / build_accel.SUBSET_DIR / "torch").mkdir(parents=True)
+    (variant / build_accel.SUBSET_DIR / build_accel.PCH_NAME).write_bytes(b"pch")
+    (variant / build_accel.FLAGS_FILE).write_text(json.dumps({"flags": ["-fPIC"],
+                                                              "compiler": build_accel.child_compiler()}))
+    assert build_hooks.variants(str(tmp_path)) == [(["-fPIC"], str(variant))]
+    offered = [(["-fPIC"], str(variant))]
+    for name in ("CPATH", "JUDGE_PCH_CPATH", "JUDGE_PCH_FULL"):
+        monkeypatch.setenv(name, "")  # recorded, so that whatever the hook sets is undone after the test
+        monkeypatch.delenv(name)
+    main_cpp = tmp_path / "main.cpp"
+    main_cpp.write_text("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }\n")
+    build_hooks.offer_pch(["-fPIC"], offered, str(main_cpp))
+    assert os.environ["CPATH"] == str(variant / build_accel.SUBSET_DIR)
+    # The subset failed: torch's own header, not the variant's directory without its .gch.
+    assert build_hooks.full_pch_instead() and "CPATH" not in os.environ
+    assert not build_hooks.no_pch_instead()  # nothing left to give up: its errors are torch's own
+    main_cpp.write_text("#include <torch/extension.h>\nauto m = torch::nn::Linear(2, 2);\n")
+    build_hooks.offer_pch(["-fPIC"], offered, str(main_cpp))
+    assert "CPATH" not in os.environ and "JUDGE_PCH_FULL" not in os.environ
+
+
+def _subset_only_cache(judge_config: JudgeConfig, cache_root: Path) -> tuple[Path, int | None]:
+    """A cache root holding the session's -O2 variant as it is published, without its full PCH, and that variant's
+    full lock held (the returned descriptor) so that no caller starts the full PCH: the state kept for the test."""
+    compiler, flags = build_accel.torch_compile_flags("cpu", ("-O2",))
+    session = build_accel.build_variant(build_accel.accel_root(judge_config.cache_root), compiler, flags)
+    assert session is not None and (session / build_accel.SUBSET_DIR / build_accel.PCH_NAME).is_file()
+    root = build_accel.accel_root(cache_root)
+    root.mkdir(parents=True)
+    copy = root / session.name
+    shutil.copytree(session, copy, ignore=shutil.ignore_patterns(build_accel.USED_FILE))
+    shutil.rmtree(copy / "torch")  # the full PCH and its stub: moved in last
+    assert pch_compilers.usable(copy) and not pch_compilers.has_full(copy)
+    return copy, pch_compilers.try_lock(root / f"{copy.name}.full.lock")
+
+
+@pytest.mark.slow
+def test_candidates_that_need_the_full_header_are_judged_as_torch_builds_them_before_it_arrives(
+        judge_config: JudgeConfig, tmp_path: Path) -> None:
+    """Real sandboxed builds against a variant whose full PCH is not there yet: a main.cpp that fails with the
+    subset, and a model-style file that includes torch/extension.h again (which goes straight to the full header),
+    both compiled against torch's own header and judged as declared."""
+    variant, lock = _subset_only_cache(judge_config, tmp_path / "cache")
+    build = replace(judge_config, build_root=tmp_path / "builds", cache_root=tmp_path / "cache")
+    run = replace(judge_config, build_root=tmp_path / "builds")  # the session's baselines
+    try:
+        frontend = (CORPUS / "cpu" / "kl_div_cpp_correct.py").read_text().replace(
+            "#include <cmath>\n", "#include <cmath>\nstatic torch::OrderedDict<std::string, double> kScale;\n")
+        assert "OrderedDict" in frontend
+        prepared = prepare("kl_div", frontend, target="cpu", config=build)
+        assert isinstance(prepared, PreparedCandidate), prepared.diagnosis
+        assert "first its subset" in prepared.compile_log  # tried with the subset, which lacks OrderedDict
+        assert "is not built yet: main.cpp gets torch's own" in prepared.compile_log
+        assert execute(prepared, "cpu", config=run).status == Status.CORRECT
+
+        model = CORPUS / "cpu" / "model_kl_div_repeated_include.py"
+        source = model.read_text().replace('extra_cflags=["-O3"]', 'extra_cflags=["-O2"]')
+        assert '"-O2"' in source and "#include <torch/extension.h>" in source
+        prepared = prepare(corpus_meta(model)["task"], source, target="cpu", config=build)
+        assert isinstance(prepared, PreparedCandidate), prepared.diagnosis
+        assert ("main.cpp builds with torch's own torch/extension.h (main.cpp includes torch/extension.h again)"
+                in prepared.compile_log)
+        assert "offered the precompiled" not in prepared.compile_log
+        assert execute(prepared, "cpu", config=run).status.value == corpus_meta(model)["expect"]
+        assert not pch_compilers.has_full(variant), "the test's state changed under it"
+    finally:
+        pch_compilers.release(lock)
