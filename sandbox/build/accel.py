@@ -47,13 +47,16 @@ At most `MAX_VARIANTS` are kept, least recently used first out (each is ~0.3-0.8
 
 Subset first: both PCHs of a variant are compiled side by side, and the variant is published as soon as its subset
 is built (26 s of g++ on the 2-core development machine, against 36 s for the full one), with the full PCH still
-compiling: a host's first candidates, whose main.cpp most often compiles with the subset, wait for it alone. The
-full PCH's compiler runs at the lowest priority from its start (`pch_compilers.to_background`), and a thread of the
-builder's process (`finish_full`, holding `<variant>.full.lock`) moves it in when it is done, its stub first:
-until then a main.cpp that needs the full header is compiled against torch's own (the child's hooks see no `.gch`
-there; a link the child made to it dangles, and g++ then reads the stub, which goes on to torch's header), which is
-what the build would do without the judge. A full PCH that failed is recorded in `<variant>.full.failed`
-and the variant stays subset-only; one whose builder died is started again by the next caller.
+compiling: a candidate whose main.cpp will compile with the subset waits for it alone. A thread of the builder's
+process (`finish_full`, holding `<variant>.full.lock`) moves the full PCH in when it is done, its stub first. A
+candidate whose text says it will want the full PCH (it names torch's C++ frontend or includes torch/extension.h
+itself, as most model-written `cpp_sources` do: `accel_layout.wants_full_header`) waits for it, as before. Any other
+main.cpp that needs it meanwhile (one that fails with the subset) is compiled against torch's own header (the
+child's hooks see no `.gch` there; a link the child made to it dangles, and g++ then reads the stub, which goes on
+to torch's header), which is what the build would do without the judge. The full PCH runs at normal priority:
+builds wait for it; a niced one would starve behind a busy host's builds. A full PCH that failed is recorded in
+`<variant>.full.failed` and the variant stays subset-only; one whose builder died is started again by the next
+caller.
 """
 
 from __future__ import annotations
@@ -79,8 +82,8 @@ import torch
 from sandbox import supervisor
 from sandbox.build.pch_compilers import (finish_full, finish_subset, flag_include_dirs,
                                           has_full, kill_compiler, locked, release, start_compiler,
-                                          start_subset, to_background, try_lock, usable)
-from sandbox.shared.accel_layout import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
+                                          start_subset, try_lock, usable)
+from sandbox.shared.accel_layout import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise, wants_full_header
 
 ACCEL_DIR = "build-accel"
 CHILD_MOUNT = "/judge-accel"
@@ -260,10 +263,7 @@ def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Pat
             failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
             return False
         try:
-            subset = start_subset(tmp, compiler, flags)
-            if subset is not None:  # nobody will wait for the full PCH: the subset's compile comes first
-                to_background(full)
-            subset_seconds = finish_subset(tmp, subset, started, timeout_s)
+            subset_seconds = finish_subset(tmp, start_subset(tmp, compiler, flags), started, timeout_s)
             # Taken before the variant is visible, so that no caller of `_full_pch` starts a second full PCH.
             lock = try_lock(root / f"{vid}.full.lock") if subset_seconds is not None else None
             if lock is not None:
@@ -341,7 +341,6 @@ def _full_pch(root: Path, final: Path, compiler: str, flags: list[str], header: 
     if wait:
         finish_full(*args)
     else:
-        to_background(proc)
         threading.Thread(target=finish_full, args=args, name=f"pch-full-{vid[:8]}", daemon=True).start()
 
 
@@ -393,7 +392,9 @@ def prepare(cache_root: Path, target: str, source: str) -> Path | None:
 
 def preparation(cache_root: Path, target: str, source: str, *, wait_full: bool = False) -> Preparation:
     """`prepare`, saying how long building missing variants took. `wait_full`: a build offered only full PCHs
-    (config.pch_subset off) waits for them (`build_variant`)."""
+    (config.pch_subset off) waits for them (`build_variant`); so does one whose text says its main.cpp will want
+    them (`wants_full_header`)."""
+    wait_full = wait_full or wants_full_header(source)
     sets = wanted_flag_sets(source)
     if not sets:
         return Preparation(root=None)

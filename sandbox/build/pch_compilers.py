@@ -93,22 +93,6 @@ def start_compiler(argv: list[str], **popen: object) -> subprocess.Popen:
     return proc
 
 
-BACKGROUND_NICE = 19
-"""The niceness of a full PCH compiled after its variant was published: nobody waits for it (a main.cpp that would
-use it compiles against torch's own header meanwhile), and on a small host it would otherwise take a core from the
-first candidates' builds, baselines and timing (the README's tour, 2 cores: their compile 17 -> 28 s beside it)."""
-
-
-def to_background(proc: subprocess.Popen) -> None:
-    """Lower a running compiler's whole process group (its supervisor, the driver, cc1plus) and its session's
-    autogroup to BACKGROUND_NICE."""
-    try:
-        os.setpriority(os.PRIO_PGRP, proc.pid, max(BACKGROUND_NICE, os.getpriority(os.PRIO_PGRP, proc.pid)))
-    except OSError:  # already gone: nothing to lower
-        return
-    scheduling.nice_session(proc.pid, BACKGROUND_NICE)
-
-
 def kill_compiler(proc: subprocess.Popen) -> None:
     """SIGKILL the supervisor's whole group (before it is reaped, so its pid is still the group's id)."""
     try:

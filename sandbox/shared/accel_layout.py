@@ -32,3 +32,20 @@ def normalise(cflags: list[str] | str) -> list[str]:
     """Tokens of a compile's flags, without the per-extension name (which no torch header mentions)."""
     text = cflags if isinstance(cflags, str) else " ".join(cflags)
     return [t for t in shlex.split(text) if not t.startswith("-DTORCH_EXTENSION_NAME=")]
+
+
+FRONTEND = re.compile(r"\btorch::(?:nn|optim|data|jit|serialize|autograd|python|cuda|fft|linalg|special|nested"
+                      r"|sparse|mps|xpu)::|\btorch::(?:save|load|NoGradGuard|AutoGradMode|manual_seed)\b")
+"""What the subset PCH certainly lacks (torch's C++ frontend, sandbox/build/accel.py): a main.cpp that names it
+gets the full PCH without trying. Anything else the subset lacks fails to compile and falls back the same."""
+EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"]", re.M)
+"""An `#include <torch/extension.h>` line: load_inline writes one first in main.cpp, and a main.cpp with a second one
+goes to the full PCH (the subset's stub would parse the rest of the header for it)."""
+
+
+def wants_full_header(source: str) -> bool:
+    """Whether a candidate's main.cpp will probably be offered the full PCH rather than the subset: its text names
+    torch's C++ frontend, or includes torch/extension.h itself (most model-written `cpp_sources` do; the parent
+    cannot tell cpp_sources from cuda_sources in the text, so a .cu's include counts too). The parent then waits for
+    the full PCH before the build (sandbox/build/accel.py); a wrong guess costs only time."""
+    return bool(FRONTEND.search(source) or EXTENSION_INCLUDE.search(source))

@@ -160,7 +160,7 @@ def test_only_files_inside_the_build_are_read(tmp_path: Path) -> None:
 # --- the shared headers a first build builds --------------------------------------------------------------
 
 def test_a_build_that_first_builds_the_shared_headers_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow_build(root: Path, compiler: str, flags: list[str]) -> Path:
+    def slow_build(root: Path, compiler: str, flags: list[str], **_: object) -> Path:
         import time
 
         final = build_accel.variant_path(root, compiler, flags)

@@ -25,6 +25,7 @@ from sandbox import Status, execute
 from sandbox.build import accel as build_accel
 from sandbox.build import pch_compilers
 from sandbox.child.build import hooks as build_hooks
+from sandbox.shared import accel_layout
 from sandbox.config import JudgeConfig
 from sandbox.pipeline import PreparedCandidate, prepare
 
@@ -94,8 +95,8 @@ def test_a_variant_is_published_with_its_subset_and_its_full_pch_moved_in_after(
     assert (variant / "torch" / "extension.h").read_text() == build_accel.STUB_TEXT
     assert json.loads((variant / build_accel.FLAGS_FILE).read_text())["seconds"] > 0
     assert not list(root.glob(".tmp-*")) and _full_runs(root.parent) == 1
-    # Once published, nobody waits for the full PCH: it was compiled at the lowest priority.
-    assert "full PCH at nice 19" in (root.parent / "runs.log").read_text()
+    # Builds may wait for the full PCH (a candidate that wants it): it is compiled at normal priority.
+    assert "full PCH at nice 0" in (root.parent / "runs.log").read_text()
     # What was moved in is a whole PCH that g++ reads.
     use = root.parent / "use.cpp"
     use.write_text("#include <torch/extension.h>\nint main() { return Judge{}.x - 42; }\n")
@@ -208,3 +209,11 @@ def test_a_candidate_that_needs_the_full_header_is_judged_as_torch_builds_it_bef
         assert not pch_compilers.has_full(variant), "the test's state changed under it"
     finally:
         pch_compilers.release(lock)
+
+
+def test_the_parent_waits_for_the_full_pch_for_a_candidate_whose_text_wants_it() -> None:
+    """Model-written cpp_sources include torch/extension.h again (load_inline puts one first): their main.cpp goes
+    to the full PCH, so the parent waits for it rather than build them against torch's own header meanwhile."""
+    assert accel_layout.wants_full_header((CORPUS / "cpu" / "model_kl_div_repeated_include.py").read_text())
+    assert accel_layout.wants_full_header("x = 'auto m = torch::nn::Linear(2, 2);'")
+    assert not accel_layout.wants_full_header((CORPUS / "cpu" / "kl_div_cpp_correct.py").read_text())

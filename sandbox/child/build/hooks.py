@@ -58,7 +58,8 @@ from typing import Any, Callable
 
 from sandbox.child.build import retry_rule
 from sandbox.child.build import slim_headers
-from sandbox.shared.accel_layout import ACCELERATOR_WORDS, FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise
+from sandbox.shared.accel_layout import (ACCELERATOR_WORDS, EXTENSION_INCLUDE, FLAGS_FILE, FRONTEND, PCH_NAME,
+                                         STUB_TEXT, SUBSET_DIR, normalise)
 
 PCH_MIRROR = ".judge-pch"
 """Inside an extension's build directory: the directory CPATH names while ninja runs (see the module doc)."""
@@ -77,12 +78,6 @@ _CU_OBJECT_FAILED = re.compile(r"^FAILED: .*\.cuda\.o\b", re.M)
 _MAIN_OBJECT_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?:\S*/)?main\.o\b", re.M)
 """ninja's line for a failed main.cpp compile (load_inline's bindings file; its object is `main.o`); ninja 1.12
 and later put the exit status first: `FAILED: [code=1] main.o`."""
-FRONTEND = re.compile(r"\btorch::(?:nn|optim|data|jit|serialize|autograd|python|cuda|fft|linalg|special|nested"
-                      r"|sparse|mps|xpu)::|\btorch::(?:save|load|NoGradGuard|AutoGradMode|manual_seed)\b")
-"""What the subset PCH certainly lacks (torch's C++ frontend, sandbox/build/accel.py): a main.cpp that names it
-gets the full PCH without trying. Anything else the subset lacks fails to compile and falls back the same."""
-
-
 def note(text: str) -> None:
     """One line in the build log (the parent keeps the child's stderr with the verdict)."""
     print(f"[judge] {text}", file=sys.stderr, flush=True)
@@ -145,9 +140,6 @@ def subset_of(variant_dir: str) -> str | None:
     return str(subset) if (subset / PCH_NAME).is_file() else None
 
 
-_EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"]", re.M)
-
-
 def frontend_named(main_cpp: str | None) -> str | None:
     """Why main.cpp should go straight to the full PCH ("names torch::nn::", "could not be read"), or None.
     A main.cpp that includes torch/extension.h a second time (load_inline wrote the first) goes there too: the
@@ -161,7 +153,7 @@ def frontend_named(main_cpp: str | None) -> str | None:
     found = FRONTEND.search(text)
     if found:
         return f"names {found.group(0)}"
-    return "includes torch/extension.h again" if len(_EXTENSION_INCLUDE.findall(text)) > 1 else None
+    return "includes torch/extension.h again" if len(EXTENSION_INCLUDE.findall(text)) > 1 else None
 
 
 def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp: str | None = None,
