@@ -34,3 +34,9 @@ def nice_session(pid: int, nice: int) -> bool:
         return True
     except (OSError, ValueError):
         return False
+
+
+def pass_on_nice(pid: int) -> None:
+    """Give the session that `pid` leads the calling thread's niceness, when that thread is niced."""
+    if thread_nice() > 0:
+        nice_session(pid, thread_nice())

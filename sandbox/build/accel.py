@@ -80,10 +80,10 @@ from pathlib import Path
 import torch
 
 from sandbox import supervisor
-from sandbox.build.pch_compilers import (finish_full, finish_subset, flag_include_dirs,
-                                          has_full, kill_compiler, locked, release, start_compiler,
-                                          start_subset, try_lock, usable)
-from sandbox.shared.accel_layout import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, normalise, wants_full_header
+from sandbox.build.pch_compilers import (finish_full, finish_subset, flag_include_dirs, kill_compiler, locked,
+                                          release, start_compiler, start_subset, try_lock)
+from sandbox.shared.accel_layout import (FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, has_full, normalise, usable,
+                                         wants_full_header)
 
 ACCEL_DIR = "build-accel"
 CHILD_MOUNT = "/judge-accel"
@@ -239,8 +239,24 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
     return final
 
 
-def _full_argv(compiler: str, flags: list[str], header: Path, out_dir: Path) -> list[str]:
-    return [*shlex.split(compiler), *flags, "-x", "c++-header", str(header), "-o", str(out_dir / PCH_NAME)]
+def _start_full(root: Path, vid: str, compiler: str, flags: list[str], header: Path,
+                failed: Path) -> tuple[subprocess.Popen | None, Path, list[str]]:
+    """Start compiling a variant's full PCH into a temporary directory of its own: (the compiler, or None when it
+    could not start, recorded in `failed`; the directory; the command)."""
+    full_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-full-", dir=root))
+    (full_dir / "torch").mkdir()
+    argv = [*shlex.split(compiler), *flags, "-x", "c++-header", str(header), "-o", str(full_dir / PCH_NAME)]
+    try:
+        return start_compiler(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), full_dir, argv
+    except OSError as exc:
+        failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
+        return None, full_dir, argv
+
+
+def _finish_later(root: Path, final: Path, *args: object) -> None:
+    """`finish_full` on a daemon thread of this process (its compiler dies with the process: `start_compiler`)."""
+    threading.Thread(target=finish_full, args=(root, final, *args), name=f"pch-full-{final.name[:8]}",
+                     daemon=True).start()
 
 
 def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Path, timeout_s: float) -> bool:
@@ -251,16 +267,11 @@ def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Pat
     for stale in root.glob(f".tmp-{vid}-*"):  # a killed builder's: none is live while this lock is free (_evict)
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-", dir=root))
-    full_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-full-", dir=root))
     handed_over = False
+    started = time.monotonic()
+    full, full_dir, argv = _start_full(root, vid, compiler, flags, header, failed)
     try:
-        (full_dir / "torch").mkdir()
-        argv = _full_argv(compiler, flags, header, full_dir)
-        started = time.monotonic()
-        try:
-            full = start_compiler(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        except OSError as exc:
-            failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
+        if full is None:
             return False
         try:
             subset_seconds = finish_subset(tmp, start_subset(tmp, compiler, flags), started, timeout_s)
@@ -269,8 +280,7 @@ def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Pat
             if lock is not None:
                 _publish(tmp, final, {"flags": flags, "compiler": compiler, "header": str(header),
                                       "torch": torch.__version__, "seconds": None, "subset_seconds": subset_seconds})
-                threading.Thread(target=finish_full, args=(root, final, full, full_dir, argv, started, timeout_s,
-                                                            lock), name=f"pch-full-{vid[:8]}", daemon=True).start()
+                _finish_later(root, final, full, full_dir, argv, started, timeout_s, lock)
                 handed_over = True
                 return True
             out, err = full.communicate(timeout=max(1.0, timeout_s - (time.monotonic() - started)))
@@ -327,21 +337,12 @@ def _full_pch(root: Path, final: Path, compiler: str, flags: list[str], header: 
         return
     for stale in root.glob(f".tmp-{vid}-full-*"):  # a finisher that died with its process
         shutil.rmtree(stale, ignore_errors=True)
-    full_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-full-", dir=root))
-    (full_dir / "torch").mkdir()
-    argv = _full_argv(compiler, flags, header, full_dir)
-    try:
-        proc = start_compiler(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    except OSError as exc:
-        full_failed.write_text(f"{shlex.join(argv)}\n{exc}\n")
+    proc, full_dir, argv = _start_full(root, vid, compiler, flags, header, full_failed)
+    if proc is None:
         shutil.rmtree(full_dir, ignore_errors=True)
         release(lock)
         return
-    args = (root, final, proc, full_dir, argv, time.monotonic(), timeout_s, lock)
-    if wait:
-        finish_full(*args)
-    else:
-        threading.Thread(target=finish_full, args=args, name=f"pch-full-{vid[:8]}", daemon=True).start()
+    (finish_full if wait else _finish_later)(root, final, proc, full_dir, argv, time.monotonic(), timeout_s, lock)
 
 
 def _evict(root: Path, keep: Path, max_variants: int = MAX_VARIANTS) -> None:

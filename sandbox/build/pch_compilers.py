@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sandbox import scheduling
-from sandbox.shared.accel_layout import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR
+from sandbox.shared.accel_layout import FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, usable
 
 SUBSET_HEADERS = ("torch/types.h", "torch/csrc/Device.h", "torch/csrc/Dtype.h", "torch/csrc/DynamicTypes.h",
                   "torch/csrc/Exceptions.h", "torch/csrc/autograd/python_variable.h", "torch/csrc/python_headers.h",
@@ -88,8 +88,7 @@ def start_compiler(argv: list[str], **popen: object) -> subprocess.Popen:
     session of its own, it would take a candidate's fair share of the CPU)."""
     proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), *argv],
                             start_new_session=True, **popen)
-    if scheduling.thread_nice() > 0:
-        scheduling.nice_session(proc.pid, scheduling.thread_nice())
+    scheduling.pass_on_nice(proc.pid)
     return proc
 
 
@@ -99,17 +98,6 @@ def kill_compiler(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def usable(variant_dir: Path) -> bool:
-    """Whether a variant is published: its flags, and its subset PCH or its full one (or both)."""
-    return (variant_dir / FLAGS_FILE).is_file() and (
-        (variant_dir / PCH_NAME).is_file() or (variant_dir / SUBSET_DIR / PCH_NAME).is_file())
-
-
-def has_full(variant_dir: Path) -> bool:
-    """Whether a variant's full PCH is in place (the last step of its build)."""
-    return (variant_dir / PCH_NAME).is_file()
 
 
 def try_lock(path: Path) -> int | None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sandbox.build.accel import FLAGS_FILE, accel_root, build_variant, torch_compile_flags, variant_path
-from sandbox.build.pch_compilers import has_full, usable
+from sandbox.shared.accel_layout import has_full, usable
 from sandbox.config import JudgeConfig
 
 WARM_FLAG_SETS: tuple[tuple[str, ...], ...] = (("-O2",), (), ("-O3",))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 PCH_NAME = "torch/extension.h.gch"
 SUBSET_DIR = "main-subset"
@@ -49,3 +50,15 @@ def wants_full_header(source: str) -> bool:
     cannot tell cpp_sources from cuda_sources in the text, so a .cu's include counts too). The parent then waits for
     the full PCH before the build (sandbox/build/accel.py); a wrong guess costs only time."""
     return bool(FRONTEND.search(source) or EXTENSION_INCLUDE.search(source))
+
+
+def usable(variant_dir: Path) -> bool:
+    """Whether a variant is published: its flags, and its subset PCH or its full one (or both). The parent publishes
+    the subset first and moves the full PCH in later (sandbox/build/accel.py)."""
+    return (variant_dir / FLAGS_FILE).is_file() and (
+        (variant_dir / PCH_NAME).is_file() or (variant_dir / SUBSET_DIR / PCH_NAME).is_file())
+
+
+def has_full(variant_dir: Path | str) -> bool:
+    """Whether a variant's full PCH is in place (the last step of its build)."""
+    return (Path(variant_dir) / PCH_NAME).is_file()

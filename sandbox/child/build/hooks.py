@@ -59,7 +59,7 @@ from typing import Any, Callable
 from sandbox.child.build import retry_rule
 from sandbox.child.build import slim_headers
 from sandbox.shared.accel_layout import (ACCELERATOR_WORDS, EXTENSION_INCLUDE, FLAGS_FILE, FRONTEND, PCH_NAME,
-                                         STUB_TEXT, SUBSET_DIR, normalise)
+                                         STUB_TEXT, SUBSET_DIR, has_full, normalise, usable)
 
 PCH_MIRROR = ".judge-pch"
 """Inside an extension's build directory: the directory CPATH names while ninja runs (see the module doc)."""
@@ -93,8 +93,7 @@ def variants(accel_dir: str) -> list[tuple[list[str], str]]:
     if not root.is_dir():
         return found
     for entry in sorted(root.iterdir()):
-        # A variant is published with its subset PCH first, the full one moved in later (sandbox/build/accel.py).
-        if entry.name.startswith(".") or not any((entry / d / PCH_NAME).is_file() for d in (".", SUBSET_DIR)):
+        if entry.name.startswith(".") or not usable(entry):
             continue
         try:
             record = json.loads((entry / FLAGS_FILE).read_text())
@@ -176,7 +175,7 @@ def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp:
              "first its subset without torch's C++ frontend")
         return
     why = f" (main.cpp {named})" if named else ""
-    if not _has_full(chosen):
+    if not has_full(chosen):
         os.environ.pop("CPATH", None)
         os.environ.pop(_OURS, None)
         note(f"main.cpp builds with torch's own torch/extension.h{why}: the full precompiled one in {chosen} "
@@ -186,18 +185,13 @@ def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp:
     note(f"main.cpp offered the precompiled torch/extension.h in {chosen}{why}")  # tests look for this line
 
 
-def _has_full(variant_dir: str) -> bool:
-    """Whether the variant's full PCH is in place: the parent moves it in after publishing the subset."""
-    return (Path(variant_dir) / PCH_NAME).is_file()
-
-
 def full_pch_instead() -> bool:
     """After main.cpp failed with the subset PCH: point CPATH at the full one, or clear it (torch's own header)
     while the full one is not built yet. False when main.cpp was not offered the subset."""
     full = os.environ.pop(_FULL, None)
     if full is None or os.environ.get("CPATH") != os.environ.get(_OURS):
         return False
-    if not _has_full(full):
+    if not has_full(full):
         os.environ.pop("CPATH")
         os.environ.pop(_OURS)
         note(f"the full precompiled torch/extension.h in {full} is not built yet: main.cpp gets torch's own")
