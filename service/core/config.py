@@ -136,10 +136,11 @@ class Settings(BaseSettings):
     candidate that needs it. A first C++ build otherwise waits minutes for its flags' header on a small host (170 s
     on a loaded 2-core box); its progress shows in /readyz, the submission's JSON and page, and `submit --wait`."""
     warm_baselines: str = "kl_div,cross_entropy"
-    """The tasks whose reference a CPU worker compiles with torch.compile in the background as it starts (niced;
-    service/worker/warmup.py), comma-separated; `off`: none. The first candidate of a task otherwise waits for that
-    compile inside its baselines' measurement (on an idle 2-core box 23 s, 7 s with the graphs compiled ahead).
-    Only the compile is done ahead; the baselines are still timed when a candidate first needs them."""
+    """The tasks whose reference a CPU worker compiles with torch.compile in the background as it starts (the first at
+    the worker's priority, the rest niced; service/worker/warmup.py), comma-separated; `off`: none. The first
+    candidate of a task otherwise waits for that compile inside its baselines' measurement (on an idle 2-core box
+    23 s, 7 s with the graphs compiled ahead). Only the compile is done ahead; the baselines are still timed when a
+    candidate first needs them."""
     mode: JudgeMode = JudgeMode.SANDBOX
     """"sandbox" (the real judge) or "compile-only" (load tests only; see JudgeMode)."""
     timing_budget_ms: float | None = None

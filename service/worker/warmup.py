@@ -3,10 +3,15 @@
 Why: the first candidate of a task on a host waits for its baselines (sandbox/execution/baseline.py), and on a small
 CPU host most of that wait is torch.compile of the reference: a fresh 2-core box's first verdict spent 28.8 s in its
 baselines, 12.9 s with the compile done ahead. `sandbox.prewarm_compile` compiles it into the judge's inductor cache
-and times nothing; the measurement, when the first candidate needs it, loads those graphs. The thread runs at the lowest
-priority (its compilers inherit it), beside the shared headers' build (service/worker/headers.py), so a candidate's
-build or timing that comes meanwhile comes first for the CPUs; it still shares their caches and memory (the `-O2`
-header took 40.9 s beside it, 38.2 s without, on the same box).
+and times nothing; the measurement, when the first candidate needs it, loads those graphs.
+
+The first task's compile runs at the worker's own priority, beside the first shared header's build
+(service/worker/headers.py), which also runs at it: on a fresh host the first candidate waits for that header anyway,
+and the first task is the one it most likely has (Settings.warm_baselines' order). Niced, it got no CPU from the
+header, the candidate's build and the full header after it: on a fresh 2-core box (scripts/tour.py, 2026-11-29) it
+ended 103 s after `serve` was ready, 20 s after the first verdict, whose baselines had compiled the reference
+themselves (29 s). Every later task's compile runs at the lowest priority (its compilers inherit it), so a candidate's
+build or timing that comes meanwhile comes first for the CPUs.
 
 Only CPU devices: on a GPU the compile would start a second process on the device (a context, its memory, inductor's
 benchmarks) beside a candidate's timed calls, which the judge keeps alone on it.
@@ -25,11 +30,12 @@ from reference import get_task
 log = logging.getLogger(__name__)
 
 NICE = 19
-"""The niceness of the warm-up thread and of the compiler processes it starts."""
+"""The niceness of the warm-up thread after its first task, and of the compiler processes it starts then."""
 
 
 def start(config: sandbox.JudgeConfig, devices: list[str], tasks: list[str]) -> threading.Thread | None:
-    """Compile `tasks`' references for the CPU among `devices` on a daemon thread; None when there is nothing to do."""
+    """Compile `tasks`' references for the CPU among `devices` on a daemon thread, the first at the caller's priority
+    and the rest niced; None when there is nothing to do."""
     if not tasks or "cpu" not in {d.partition(":")[0] for d in devices}:
         return None
     thread = threading.Thread(target=_run, args=(config, tasks), name="baseline-warmup", daemon=True)
@@ -38,8 +44,9 @@ def start(config: sandbox.JudgeConfig, devices: list[str], tasks: list[str]) -> 
 
 
 def _run(config: sandbox.JudgeConfig, tasks: list[str]) -> None:
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-    for task in map(get_task, tasks):
+    for index, task in enumerate(map(get_task, tasks)):
+        if index == 1:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         started = time.monotonic()
         try:
             cache = sandbox.prewarm_compile(task.id, "cpu", task.cpu_shape, config)
