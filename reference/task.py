@@ -6,24 +6,13 @@ only defines the shape of that object; it imports nothing from `sandbox/` or `se
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
 
-
-class TaskId(enum.StrEnum):
-    """Every task the judge knows, defined once.
-
-    A `StrEnum`: `str()`, f-strings and `%s` give the id itself ("kl_div"), so a TaskId can go wherever the id's text
-    goes (cache keys, command lines, log lines, stored rows) and writes what the plain string wrote."""
-
-    KL_DIV = "kl_div"
-    CROSS_ENTROPY = "cross_entropy"
-    KL_DIV_TRAIN = "kl_div_train"
-    CROSS_ENTROPY_TRAIN = "cross_entropy_train"
+from reference.ids import TaskId
 
 
 OFFICIAL = "official"

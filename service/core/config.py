@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reference import UnknownTask, get_task
+from reference import UnknownTask, task_id
 
 
 class JudgeMode(str, enum.Enum):
@@ -216,7 +216,7 @@ class Settings(BaseSettings):
     def _warm_tasks(cls, value: str) -> str:
         for task in _task_list(value):
             try:
-                get_task(task)
+                task_id(task)  # the id alone: the settings are read by every command, and a task imports torch
             except UnknownTask as exc:  # a KeyError, which pydantic would not report as the setting's error
                 raise ValueError(f"{exc}; or off") from None
         return value
