@@ -35,6 +35,7 @@
 # corpus (issues 28, 29): the whole CUDA corpus, languages included, on pre-started children, no repeat study. The
 # kernel languages come in parts over several calls (scripts/gpu/fetch_device_deps.sh): the stage installs them once
 # the last part is in the working tree the calls bring (LANGS_WAIT_S, default 900 s), else judges without them.
+# ab (issues 39, 44): scripts/gpu/ab_judges.sh, the judge before issue 39 (AB_OLD) against this one, AB_ROUNDS rounds.
 # serve-burst (issues 39, 40): scripts/gpu/burst.py on the CUDA corpus and hostile classes 12-14 at serve's defaults.
 # builders (issue 43): scripts/gpu/builders_burst.py, the single worker, then N = 8, 2, 4 builders (each keeps its headers), 64 forward kernels.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
@@ -108,6 +109,11 @@ run_stages() {
                           # (hostile classes 12-14) POSTed at once; every verdict as declared, no honest kernel refused
                 stage serve-burst python3 scripts/gpu/burst.py --count 55 --corpus tests/corpus/cuda tests/corpus/hostile/cuda \
                     --exclude hang.py 'c[1-9]_*' 'c1[01]_*' 't[0-9]_*' 'control_*' --timeout 420 --out "$out/serve-burst" ;;
+            ab)  # issues 39 and 44: the judge before issue 39 (AB_OLD, default ab_old: `git archive ad24a53` unpacked in
+                 # the tree, carried) against this one on the same card, alternating; ranked medians and device holds
+                stage ab bash scripts/gpu/ab_judges.sh "${AB_OLD:-ab_old}" "$out/ab" "${AB_ROUNDS:-2}" --warm --repeat 3 \
+                    --repeat-files kl_div_fast.py cross_entropy_fast.py --corpus tests/corpus/cuda \
+                    --only kl_div_fast.py cross_entropy_fast.py ;;
             builders)  # issue 43: one GPU worker and N builders with their own caches against today's single worker,
                        # 64 distinct forward kernels (the training files hold the GPU 6-13 s each: they would measure it)
                 stage builders python3 -m scripts.gpu.builders_burst --baseline --builders 8 2 4 --keep-builder-headers --count 64 \
