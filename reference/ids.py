@@ -1,8 +1,8 @@
 """The tasks' ids, torch-free: what a command line, a setting or a stored row names a task by.
 
-Apart from `reference/task.py`, which imports torch (a task's reference is a torch module), so that a program that only
-names tasks (the CLI's client commands, the settings' validation) does not pay torch's import: 3 s on an idle 2-core
-box, 7-9 s beside a header build.
+Kept out of `reference/task.py`, which imports torch (a task's reference is a torch module), so that a program that
+only names tasks (the CLI's client commands, the settings' validation) does not pay torch's import: 3 s on an idle
+2-core box, 7-9 s beside a header build.
 """
 
 from __future__ import annotations
