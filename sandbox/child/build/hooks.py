@@ -78,6 +78,8 @@ _CU_OBJECT_FAILED = re.compile(r"^FAILED: .*\.cuda\.o\b", re.M)
 _MAIN_OBJECT_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?:\S*/)?main\.o\b", re.M)
 """ninja's line for a failed main.cpp compile (load_inline's bindings file; its object is `main.o`); ninja 1.12
 and later put the exit status first: `FAILED: [code=1] main.o`."""
+
+
 def note(text: str) -> None:
     """One line in the build log (the parent keeps the child's stderr with the verdict)."""
     print(f"[judge] {text}", file=sys.stderr, flush=True)
