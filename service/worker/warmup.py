@@ -7,11 +7,11 @@ and times nothing; the measurement, when the first candidate needs it, loads tho
 
 The first task's compile runs at the worker's own priority, beside the first shared header's build
 (service/worker/headers.py), which also runs at it: on a fresh host the first candidate waits for that header anyway,
-and the first task is the one it most likely has (Settings.warm_baselines' order). Niced, it got no CPU from the
-header, the candidate's build and the full header after it: on a fresh 2-core box (scripts/tour.py, 2026-11-29) it
-ended 103 s after `serve` was ready, 20 s after the first verdict, whose baselines had compiled the reference
-themselves (29 s). Every later task's compile runs at the lowest priority (its compilers inherit it), so a candidate's
-build or timing that comes meanwhile comes first for the CPUs.
+and the first task is the one it most likely has (Settings.warm_baselines' order). Niced, it would get no CPU while
+the header, the candidate's build and the full header after it run: on a fresh 2-core box (scripts/tour.py) it then
+ends after the first verdict, whose baselines compile the reference themselves (29 s), against 10-12 s of baselines
+with this compile at the worker's priority. Every later task's compile runs at the lowest priority (its compilers
+inherit it), so a candidate's build or timing that comes meanwhile comes first for the CPUs.
 
 Only CPU devices: on a GPU the compile would start a second process on the device (a context, its memory, inductor's
 benchmarks) beside a candidate's timed calls, which the judge keeps alone on it.
