@@ -50,7 +50,7 @@ is built (26 s of g++ on the 2-core development machine, against 36 s for the fu
 compiling: a candidate whose main.cpp will compile with the subset waits for it alone. A thread of the builder's
 process (`finish_full`, holding `<variant>.full.lock`) moves the full PCH in when it is done, its stub first. A
 candidate whose text says it will want the full PCH (it names torch's C++ frontend or includes torch/extension.h
-itself, as most model-written `cpp_sources` do: `accel_layout.wants_full_header`) waits for it, as before. Any other
+itself, as most model-written `cpp_sources` do: `accel_layout.wants_full_header`) waits for it. Any other
 main.cpp that needs it meanwhile (one that fails with the subset) is compiled against torch's own header (the
 child's hooks see no `.gch` there; a link the child made to it dangles, and g++ then reads the stub, which goes on
 to torch's header), which is what the build would do without the judge. The full PCH runs at normal priority:
