@@ -1,14 +1,18 @@
 """The device gate: keeps a spare's device set-up (sandbox/execution/warm.py) and a candidate's timed phases apart
 on one device.
 
-A spare's device set-up (context creation, the tripwires' probe calls, the calibration's empty calls) runs
-kernels and allocates device memory; beside a candidate being timed on the same device it would perturb that
-candidate's times (time-slicing between contexts, memory traffic). So a set-up waits until no candidate on that
-device is in a timed phase (`TIMED_STAGES`), and a timed phase that starts while a set-up runs waits for it to
-end (at most `WARMING_WAIT_S`, then the spare is killed and replaced). A timed phase waiting goes first: no new
-set-up starts until it has begun and ended, so that set-ups one after another cannot keep a candidate from its
-timing. One set-up at a time per device: context creations beside one another only queue in the driver. A wait,
-when there is one, is the candidate's device time and is recorded (`device_gate_wait` in its stages).
+A spare's device set-up (context creation, the tripwires' probe calls, the clock's calibration, the calibration's
+empty batches, the environment's reading) runs kernels and allocates device memory; beside a candidate being timed on
+the same device it would perturb that candidate's times (time-slicing between contexts, memory traffic). So the
+set-up runs as a sequence of short steps (`warming`), each holding the gate on its own: a step waits until no
+candidate on that device is in a timed phase (`TIMED_STAGES`) or waiting for one, and a timed phase that starts while
+a step runs waits for that step alone to end (at most `WARMING_WAIT_S`, then the spare is killed and replaced).
+Between its steps the set-up gives the gate back, so a timed phase that asked meanwhile goes first and the set-up
+resumes after it: a timed phase waits for at most one step (the longest is the child's own start of the device, which
+cannot be split; the calibration's steps are one empty batch each), never for a whole set-up, and set-ups one after
+another cannot keep a candidate from its timing. One step at a time per device: context creations beside one another
+only queue in the driver. A wait, when there is one, is the candidate's device time and is recorded
+(`device_gate_wait` in its stages).
 
 The gate also counts the timed phases begun (`timed_begun`), so that the pool can tell whether the candidate it
 handed out last is still in its untimed start (sandbox/execution/warm.py starts set-ups in that gap).
@@ -27,8 +31,8 @@ log = logging.getLogger(__name__)
 TIMED_STAGES = frozenset({"baselines", "calibration", "timing"})
 """A candidate's stages (sandbox/execution/phases.py) whose measurements a spare's device set-up would perturb."""
 WARMING_WAIT_S = 30.0
-"""Longest a timed phase waits for a spare's device set-up to end before that spare is killed: context
-creation and calibration take seconds; a set-up still running after this is stuck, not slow."""
+"""Longest a timed phase waits for a step of a spare's device set-up to end before that spare is killed: the longest
+step, the context's creation, takes under a second; a step still running after this is stuck, not slow."""
 
 
 class GateClosed(Exception):
@@ -49,16 +53,18 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def phase(self, name: str, stages: dict[str, float]) -> Iterator[None]:
-        """A candidate's stage: a timed one waits for a spare's set-up to end, then keeps new ones out."""
+        """A candidate's stage: a timed one waits for the step of a spare's set-up that runs to end, then keeps the
+        set-up's next steps out until it ends."""
         if name not in TIMED_STAGES:
             yield
             return
         started = time.monotonic()
         with self._cond:
-            self._timed_waiting += 1  # no new set-up starts while this waits
+            self._timed_waiting += 1  # no set-up step starts while this waits
             try:
                 if not self._cond.wait_for(lambda: not self._warming, timeout=WARMING_WAIT_S):
-                    log.warning("a spare's device set-up overran %.0f s beside a timed phase: killed", WARMING_WAIT_S)
+                    log.warning("a step of a spare's device set-up overran %.0f s beside a timed phase: killed",
+                                WARMING_WAIT_S)
                     if self._abort is not None:
                         self._abort()
                     self._cond.wait_for(lambda: not self._warming)  # the set-up thread sees the kill at once
@@ -75,21 +81,18 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def warming(self) -> Iterator[Callable[[Callable[[], None]], None]]:
-        """A spare's device set-up: waits until no timed phase runs; yields a setter for the abort callback."""
+    def warming(self, abort: Callable[[], None] | None = None) -> Iterator[None]:
+        """One step of a spare's device set-up: waits until no timed phase runs or waits and no other step runs, and
+        holds the gate until the step ends. `abort` ends the step at once (it kills the spare); a timed phase that has
+        waited `WARMING_WAIT_S` for the step calls it. Raises `GateClosed` once the gate is closing."""
         with self._cond:
             self._cond.wait_for(lambda: self._closed or (self._timed == 0 and not self._timed_waiting
                                                          and not self._warming))
             if self._closed:
                 raise GateClosed
-            self._warming = True
-
-        def set_abort(abort: Callable[[], None]) -> None:
-            with self._cond:
-                self._abort = abort
-
+            self._warming, self._abort = True, abort
         try:
-            yield set_abort
+            yield
         finally:
             with self._cond:
                 self._warming, self._abort = False, None
@@ -97,13 +100,13 @@ class DeviceGate:
 
     @property
     def busy(self) -> tuple[int, bool]:
-        """(timed phases running, a spare warming): for tests and diagnostics."""
+        """(timed phases running, a step of a spare's set-up running): for tests and diagnostics."""
         with self._cond:
             return self._timed, self._warming
 
     @property
     def waiting(self) -> int:
-        """Timed phases waiting for a set-up to end: for tests and diagnostics."""
+        """Timed phases waiting for a set-up's step to end: for tests and diagnostics."""
         with self._cond:
             return self._timed_waiting
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ContextManager, TypeVar
 
 import torch
 
@@ -212,21 +212,28 @@ class Execution(TimedPhase):
         ready, _ = self.read(self.session.receive(READY_TIMEOUT_S), msg.Ready, "start-up")
         self.trace_probe = ready.trace
 
-    def calibrate(self) -> None:
+    def calibrate(self, step: Callable[[], ContextManager[object]] = contextlib.nullcontext) -> None:
         """Before the candidate exists: the clocks' overhead, what making a timed call's inputs costs the child (which
-        sizes the lead before each call), and what an empty timed round trip costs."""
+        sizes the lead before each call), and what an empty timed round trip costs. Each request to the child (the
+        clocks' calibration, one empty batch) runs inside its own `step()`: a spare calibrating ahead passes its device
+        gate per step (sandbox/execution/warm.py), so a candidate's timed phase that asks meanwhile goes between two of
+        them; each measurement still runs with no timed phase beside it."""
         if self.warm is not None and self.warm.calibration is not None:
             # Measured by this method on this child before any candidate existed (sandbox/execution/warm.py).
             self.calibration = self.warm.calibration
             return
-        clock, _ = self.ask(msg.Calibrate(reps=CLOCK_CALIBRATION_REPS, shape=list(self.shape),
-                                          distributions=list(self.timing_distributions())),
-                            msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
+        with step():
+            clock, _ = self.ask(msg.Calibrate(reps=CLOCK_CALIBRATION_REPS, shape=list(self.shape),
+                                              distributions=list(self.timing_distributions())),
+                                msg.CalibrateReply, "calibration", READY_TIMEOUT_S)
         assert isinstance(clock, msg.CalibrateReply)
         pool, size = self.timing_distributions(), self.batch_size()
         count = GPU_EMPTY_CALLS if self.is_cuda else EMPTY_CALLS
-        empty = tuple(self.timed_batch(i, self.draw(pool, size), empty=True) for i in range(count))
-        self.calibration = Calibration(empty_calls=empty, flush_ms=clock.flush_ms, lead_ms=clock.lead_ms,
+        empty = []
+        for i in range(count):
+            with step():
+                empty.append(self.timed_batch(i, self.draw(pool, size), empty=True))
+        self.calibration = Calibration(empty_calls=tuple(empty), flush_ms=clock.flush_ms, lead_ms=clock.lead_ms,
                                        make_host_ms=clock.make_host_ms)
 
     def extensions_env(self) -> dict[str, str]:

@@ -81,6 +81,8 @@ class WarmChild:
     handed_at: float | None = None
     acquire_wait_s: float = 0.0
     """How long the `acquire` that returned this child waited for it (0 when a spare was ready)."""
+    yielded_s: float = 0.0
+    """Its set-up's waits at the gate after its first step: candidates' timed phases that went between its steps."""
 
     def alive(self) -> bool:
         return self.session.process.poll() is None
@@ -112,7 +114,8 @@ class WarmChild:
                 "standby_s": round(self.standby_s, 4), "gate_wait_s": round(self.gate_wait_s, 4),
                 "device_s": round(self.device_s, 4), "setup_s": {k: round(v, 4) for k, v in self.setup_s.items()},
                 "calibration_s": round(self.calibration_s, 4), "environment_s": round(self.environment_s, 4),
-                "idle_s": round(idle, 4), "acquire_wait_s": round(self.acquire_wait_s, 4)}
+                "idle_s": round(idle, 4), "acquire_wait_s": round(self.acquire_wait_s, 4),
+                "yielded_s": round(self.yielded_s, 4)}
 
     def discard(self) -> None:
         """Kill the child (it was not used, or must not be) and remove its directory."""

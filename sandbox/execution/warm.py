@@ -13,6 +13,8 @@ A spare's life, in two stocks per device:
     set up: Begin(task) once the device is quiet (sandbox/execution/device_gate.py)  --Ready-->  context, tripwires,
       clock; calibrated: the clock's overhead and the empty timed calls, by `Execution.calibrate` itself, as a
       cold start runs them (they are stored and `execute` adopts them)                           -->  ready
+      Each request of the set-up to the child is a step through the device's gate: a candidate's timed phase that
+      asks meanwhile waits for the step running, not for the set-up, and the set-up resumes after that phase.
     acquire: handed to ONE candidate: `execute` copies the build into the spare's own directory (bound at its
       /build since it started, so the child sees it), loads it, judges it, and kills the child at the end.
 
@@ -30,8 +32,9 @@ gate: one set-up at a time per device.
 
 When a set-up starts (the idle gaps): at once when no ready spare is left, or when no candidate of the device is
 in flight; otherwise only while the candidate handed out last is still in its untimed start (load,
-correctness: it has begun no timed phase, `DeviceGate.timed_begun`), so that the set-up runs beside those and is
-over before that candidate's timing, rather than at a random moment that makes the timing wait. On the CPU
+correctness: it has begun no timed phase, `DeviceGate.timed_begun`), so that the set-up runs beside those rather
+than at a random moment. A timed phase that begins before a set-up is over waits for the set-up's step that runs, and
+the rest of the set-up waits for that phase to end (sandbox/execution/device_gate.py). On the CPU
 device the CPU itself is what is timed and a start is all CPU work, so there (`between_candidates`) a spare is
 spawned and set up only while no candidate of its device is in flight: no gain in throughput on the CPU, which
 exists to test the pipeline, and no candidate's time is perturbed.
@@ -59,6 +62,7 @@ the ready places are full, the oldest spare of another task is retired to make r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -67,7 +71,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -432,19 +436,21 @@ class WarmPool:
             raise
 
     def _set_up(self, slot: _Slot, spare: Standby, task_id: TaskId) -> WarmChild:
-        """(Device quiet) `Begin`, `Ready`, calibration, the environment. Raises on any failure, the child killed
-        and its directory removed."""
+        """`Begin` and `Ready`, calibration, the environment, each step through the device's gate (a candidate's timed
+        phase that asks meanwhile goes between two steps). Raises on any failure, the child killed and its directory
+        removed."""
         session, device = spare.session, slot.device
+        steps = _Steps(slot.gate, session.kill)
         try:
             picked = time.monotonic()
-            with slot.gate.warming() as set_abort:  # no candidate is being timed on this device until the end
-                set_abort(session.kill)
+            with steps.step():  # the child's own start of the device: one request, not split
                 began = time.monotonic()
                 session.send(msg.Begin(task=task_id).model_dump())
                 ready = _expect(session, msg.Ready, READY_TIMEOUT_S)
                 device_s = time.monotonic() - began
-                calibration, calibration_s = (self._calibrate(session, task_id, device) if self.precalibrate
-                                              else (None, 0.0))
+            calibration, calibration_s = (self._calibrate(session, task_id, device, steps) if self.precalibrate
+                                          else (None, 0.0))
+            with steps.step():  # nvidia-smi on a GPU: not beside a timed candidate
                 described = time.monotonic()
                 environment = describe(device, session.mechanism)
                 ended = time.monotonic()
@@ -456,22 +462,26 @@ class WarmPool:
                              gate_wait_s=began - picked, device_s=device_s, setup_s=dict(ready.setup_s),
                              calibration_s=calibration_s, calibration=calibration, environment=environment,
                              ready_at=ended, slot_wait_s=spare.slot_wait_s, standby_s=picked - spare.started_at,
-                             environment_s=ended - described, began_at=began, trace_probe=ready.trace)
+                             environment_s=ended - described, began_at=began, trace_probe=ready.trace,
+                             yielded_s=steps.waited_s - (began - picked))
         except BaseException:
             with self._cond:
                 slot.starting.discard(session)
             spare.discard()
             raise
 
-    def _calibrate(self, session: ChildSession, task_id: TaskId, device: str) -> tuple[Calibration | None, float]:
-        """`Execution.calibrate` on this child, exactly as a cold `execute` runs it; its results are adopted."""
+    def _calibrate(self, session: ChildSession, task_id: TaskId, device: str,
+                   steps: _Steps) -> tuple[Calibration | None, float]:
+        """`Execution.calibrate` on this child, exactly as a cold `execute` runs it, each of its requests a step through
+        the gate; its results are adopted. The seconds it took, less its waits for the gate."""
         task = get_task(task_id)
         shape = task.official_shape if torch.device(device).type == "cuda" else task.cpu_shape
         run = execution_class(task)(task, device, self.config, shape, {})
         run.session = session
+        waited = steps.waited_s
         with run.stage(Stage.CALIBRATION):
-            run.calibrate()
-        return run.calibration, run.stages["calibration"]
+            run.calibrate(steps.step)
+        return run.calibration, run.stages["calibration"] - (steps.waited_s - waited)
 
     def _ended(self, slot: _Slot, session: ChildSession) -> None:
         """A handed-out child was closed: its candidate is over."""
@@ -480,6 +490,23 @@ class WarmPool:
                 self._handed.discard(session)
                 slot.in_flight -= 1
             self._cond.notify_all()
+
+
+class _Steps:
+    """A spare's set-up as steps through its device's gate (sandbox/execution/device_gate.py), and the seconds it
+    waited there: before its first step, and between steps while candidates' timed phases went first."""
+
+    def __init__(self, gate: DeviceGate, abort: Callable[[], None]) -> None:
+        self.gate, self.abort = gate, abort
+        self.waited_s = 0.0
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """One step: waits for the gate (`DeviceGate.warming`), holds it while the step runs."""
+        asked = time.monotonic()
+        with self.gate.warming(self.abort):
+            self.waited_s += time.monotonic() - asked
+            yield
 
 
 @functools.cache

@@ -8,16 +8,19 @@ inferred from sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox import JudgeConfig, PreparedCandidate, Status, Verdict, execute, prepare
 from sandbox.execution.device_gate import DeviceGate
+from sandbox.execution.phases import EMPTY_CALLS
 from sandbox.execution.start_slots import HostStartSlots
-from sandbox.execution.warm import Interval, WarmPool
+from sandbox.execution.warm import Interval, WarmChild, WarmPool
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "cpu"
 START_S = 240.0
@@ -158,3 +161,58 @@ def test_a_timed_phase_waiting_goes_before_the_next_set_up() -> None:
     for thread in (first, timer, second):
         thread.join(10)
     assert order == ["set-up 1", "timing", "set-up 2"]
+
+
+def test_a_timed_phase_waits_for_one_step_of_a_set_up_which_resumes_after_it(config: JudgeConfig,
+                                                                             tmp_path_factory: pytest.TempPathFactory,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spare's set-up passes the gate per request to its child (start of the device, the clocks' calibration, each
+    empty batch, the environment): a candidate's timed phase that asks during the calibration goes in once the batch
+    running ends, no step runs beside it, and the set-up then finishes with every empty batch measured."""
+    slots = HostStartSlots(tmp_path_factory.mktemp("slots"), 1)
+    with WarmPool(["cpu"], config, spares=1, between_candidates=False, start_slots=slots) as pool:
+        assert pool.wait_until(lambda s: s["cpu"]["standby"] == 1, START_S), pool.stats()  # no task yet: no set-up
+        gate = pool.gate("cpu")
+        assert gate is not None
+        steps: list[tuple[int, bool]] = []  # the gate as each step began: (timed phases running, a step running)
+        in_calibration, next_step = threading.Event(), threading.Event()
+        original = gate.warming
+
+        @contextlib.contextmanager
+        def counted(abort=None) -> Iterator[None]:  # noqa: ANN001 - DeviceGate.warming's own argument
+            with original(abort):
+                steps.append(gate.busy)
+                if len(steps) == 3:  # the first empty batch (after the device's start and the clocks' calibration)
+                    in_calibration.set()
+                    deadline = time.monotonic() + 30
+                    while not gate.waiting:  # the timed phase below has asked: this step ends with it waiting
+                        assert time.monotonic() < deadline
+                        time.sleep(0.01)  # polling a real condition, with a deadline
+                elif len(steps) == 4:
+                    next_step.set()
+                yield
+
+        monkeypatch.setattr(gate, "warming", counted)
+        taken: list[WarmChild | None] = []
+        asker = threading.Thread(target=lambda: taken.append(pool.acquire("cpu", "kl_div", timeout_s=START_S)))
+        asker.start()  # names the task: the set-up begins
+        assert in_calibration.wait(START_S), pool.stats()
+        with gate.phase("timing", {}):
+            entered_after = len(steps)
+            assert not next_step.wait(0.3), "a step of the set-up ran beside a timed phase"
+            during = len(steps)
+        asker.join(START_S)
+        (child,) = taken
+        assert child is not None
+        try:
+            assert entered_after == 3 and during == 3, steps  # in between two steps of the calibration, not after it
+            assert len(steps) == 1 + 1 + EMPTY_CALLS + 1, steps  # it resumed: every step ran, one at a time
+            assert all(step == (0, True) for step in steps), steps  # none beside a timed phase
+            assert len(child.calibration.empty_calls) == EMPTY_CALLS
+            assert child.yielded_s >= 0.3 and child.cost()["yielded_s"] >= 0.3  # it gave the gate to the timed phase
+            # The set-up's seconds add up, and its calibration's own excludes the wait for the timed phase.
+            assert (child.device_s + child.calibration_s + child.environment_s
+                    <= child.ready_at - child.began_at - child.yielded_s + 0.05)
+            assert next_step.is_set()
+        finally:
+            child.discard()
