@@ -1,7 +1,8 @@
 """Summary of an alternating old/new judge run (scripts/gpu/ab_judges.sh): per judge and repeated file, the ranked
 medians, the device hold and the child's start stage, each as median and range over every repeat of every round,
 and the new judge's difference from the old in %. Then where each judge's device hold went: the stages of every first
-judging (verdicts.json: both judges write it), per file, as medians over the rounds.
+judging (verdicts.json: both judges write it), per file, as medians over the rounds. Last, each repeat of the new
+judge: its timing stage, gate wait, batches and their spread (from the timing details its repeats.json keeps).
 
     python3 -m scripts.gpu.ab_summary OUT
 """
@@ -72,6 +73,32 @@ def stage_rows(out: Path) -> list[str]:
     return lines
 
 
+def repeat_rows(out: Path) -> list[str]:
+    """Per repeat of the new judge (its repeats.json keeps each one's timing details): the hold, the timing stage and
+    its gate wait, the batches timed against the plan, a second timing, and how the batches' ranked times spread
+    (how many were charged for work before their calls, how many the host clock claimed)."""
+    lines = ["| run | file | held s | timing s | gate wait s | batches (calls of planned) | timed again | "
+             "ranked min-max ms | charged batches | host-claimed batches | spare yielded s |", "|---" * 11 + "|"]
+    for run in sorted(p for p in out.iterdir() if p.is_dir() and p.name.endswith("-new")):
+        for name, measures in _repeats(run).items():
+            records = measures.get("timing") or []
+            for held, stages, record in zip(measures.get("held_s", []), measures.get("stages", []), records):
+                if not isinstance(record, dict) or not record.get("ranked_ms"):
+                    continue
+                ranked, claims = record["ranked_ms"], record.get("batch_claims_ms", record["ranked_ms"])
+                charged = sum(r > c for r, c in zip(ranked, claims))
+                calls = record["timed_batches"] * record.get("batch_size", 1)
+                again = (record.get("clocks") or {}).get("retimed", False)
+                yielded = ((record.get("pre_started") or {}).get("yielded_s"))
+                lines.append(f"| {run.name} | {name} | {held:.3f} | {stages.get('timing', 0.0):.3f} | "
+                             f"{stages.get('device_gate_wait', 0.0):.3f} | {record['timed_batches']} ({calls} of "
+                             f"{record.get('planned_calls')}) | {'yes' if again else 'no'} | "
+                             f"{min(ranked):.4f}-{max(ranked):.4f} | {charged} | "
+                             f"{len(record.get('hidden_work_batches') or [])} | "
+                             f"{'-' if yielded is None else f'{yielded:.3f}'} |")
+    return lines
+
+
 def main() -> int:
     found = collect(Path(sys.argv[1]))
     print("| file | measure | old: median (range, n) | new: median (range, n) | new vs old |")
@@ -86,6 +113,10 @@ def main() -> int:
             print(f"| {name} | {measure} | {_cell(old) if old else '-'} | {_cell(new)} | {diff} |")
     print()
     print("\n".join(stage_rows(Path(sys.argv[1]))))
+    rows = repeat_rows(Path(sys.argv[1]))
+    if len(rows) > 2:
+        print()
+        print("\n".join(rows))
     return 0
 
 

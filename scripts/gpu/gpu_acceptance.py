@@ -69,6 +69,20 @@ def row(name: str, m: dict[str, str], v: Verdict, wall_s: float) -> str:
         f" | {extra} | {wall_s:.1f} | {'-' if held is None else f'{held:.2f}'} | {diag} |"
 
 
+TIMING_KEYS = ("timed_batches", "warmup_batches", "planned_calls", "batch_size", "ranked_ms", "batch_claims_ms",
+               "unattributed_ms", "made_ms", "judge_ms", "host_over_events", "hidden_work_batches", "windows_ms",
+               "clocks")
+"""What a repeat keeps of its timing details (sandbox/execution/records.py, TimingDetails): why its timing stage stopped
+where it did (batches against the plan, a second timing) and how its batches spread."""
+
+
+def timing_record(v: Verdict) -> dict:
+    """One repeat's timing details (TIMING_KEYS) and what its spare's set-up cost, for scripts/gpu/ab_summary.py."""
+    timing = (v.details or {}).get("timing") or {}
+    cost = (v.details or {}).get("cost") or {}
+    return {**{k: timing[k] for k in TIMING_KEYS if k in timing}, "pre_started": cost.get("pre_started")}
+
+
 HEAD = ("| candidate | task | expected | verdict | match | median ms | IQR ms | vs eager | vs compile | % SoL | "
         "peak MiB (cand / ref) | extra shapes | judge s | held s | diagnosis |\n|" + "---|" * 15)
 
@@ -147,7 +161,7 @@ def main() -> int:
             continue
         path = matches[0]
         speedups: dict[str, list[float]] = {}
-        medians, held, starts, stages = [], [], [], []
+        medians, held, starts, stages, timings = [], [], [], [], []
         for _ in range(args.repeat):
             v = judge(prepared[path], replace(config, check_extra_shapes=False))
             if v.performance is None:
@@ -157,7 +171,9 @@ def main() -> int:
             held.append(v.details.get("cost", {}).get("device_held_s") or float("nan"))
             starts.append(v.stages.get("start", float("nan")))
             stages.append(v.stages)  # where the device hold went, stage by stage (an a/b of two judges reads it)
-            repeats[name] = {"median_ms": medians, "held_s": held, "start_s": starts, "stages": stages}
+            timings.append(timing_record(v))
+            repeats[name] = {"median_ms": medians, "held_s": held, "start_s": starts, "stages": stages,
+                             "timing": timings}
             for k, s in v.performance.speedups.items():
                 speedups.setdefault(k, []).append(s)
         if medians:

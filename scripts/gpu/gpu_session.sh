@@ -36,6 +36,8 @@
 # kernel languages come in parts over several calls (scripts/gpu/fetch_device_deps.sh): the stage installs them once
 # the last part is in the working tree the calls bring (LANGS_WAIT_S, default 900 s), else judges without them.
 # ab (issues 39, 44): scripts/gpu/ab_judges.sh, the judge before issue 39 (AB_OLD) against this one, AB_ROUNDS rounds.
+# timing-full (after ab, on its new judge's builds): the two fast kernels with the precision stop off, every planned
+# batch timed, so that a stop rule can be weighed on whole timings (repeats.json keeps each batch's figures).
 # serve-burst (issues 39, 40): scripts/gpu/burst.py on the CUDA corpus and hostile classes 12-14 at serve's defaults.
 # builders (issue 43): scripts/gpu/builders_burst.py, the single worker, then N = 8, 2, 4 builders (each keeps its headers), 64 forward kernels.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
@@ -114,6 +116,15 @@ run_stages() {
                 stage ab bash scripts/gpu/ab_judges.sh "${AB_OLD:-ab_old}" "$out/ab" "${AB_ROUNDS:-2}" --warm --repeat 3 \
                     --repeat-files kl_div_fast.py cross_entropy_fast.py --corpus tests/corpus/cuda \
                     --only kl_div_fast.py cross_entropy_fast.py ;;
+            timing-full)  # TIMING_PRECISION = 0 (sandbox/execution/timed_phase.py): no batch count is precise enough
+                stage timing-full env JUDGE_BUILD_ROOT=/tmp/ab/new/builds JUDGE_CACHE_ROOT=/tmp/ab/new/cache python3 -c '
+import runpy, sys
+import sandbox.execution.timed_phase as timed_phase
+timed_phase.TIMING_PRECISION = 0.0
+sys.argv = ["gpu_acceptance", *sys.argv[1:]]
+runpy.run_module("scripts.gpu.gpu_acceptance", run_name="__main__")' --warm --repeat "${FULL_REPEATS:-5}" \
+                    --repeat-files kl_div_fast.py cross_entropy_fast.py --corpus tests/corpus/cuda \
+                    --only kl_div_fast.py cross_entropy_fast.py --out "$out/timing-full" ;;
             builders)  # issue 43: one GPU worker and N builders with their own caches against today's single worker,
                        # 64 distinct forward kernels (the training files hold the GPU 6-13 s each: they would measure it)
                 stage builders python3 -m scripts.gpu.builders_burst --baseline --builders 8 2 4 --keep-builder-headers --count 64 \
