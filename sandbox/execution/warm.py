@@ -46,12 +46,14 @@ and one that died (killed, crashed, its wall limit) or is older than `max_age_s`
 Failure attribution is unchanged: no candidate code runs in a spare until `load`, so a spare that fails
 before that is the judge's failure (discarded and replaced here; `system_error` if it happens in `execute`).
 
-Calibrating ahead: the empty calls measure what a round trip costs the child (its CPU time and the parent's
-window); measured on a spare, they may run beside the current candidate's untimed stages on the same device.
-Only the CPU-time bound (sandbox/execution/plausibility.py) uses them, and a busier device makes them costlier,
-which loosens that bound for the next candidate, never tightens it (on a GPU that bound is loose by design; the
-events and speed-of-light decide there). `precalibrate=False` runs them after the hand-over instead. A candidate
-on a precalibrated spare does not take the gate for its calibration stage: it only adopts the spare's figures.
+Calibrating ahead: the empty calls measure what a round trip costs the child (its CPU time, the parent's window, and
+on a GPU the span before its calls); measured on a spare, they may run beside the current candidate's untimed stages
+on the same device. The bounds of sandbox/execution/plausibility.py subtract them (the CPU-time floor, the wall
+bound's empty window, the span charge's reference), and a busier device makes them costlier, which loosens those
+bounds for the next candidate, never tightens them: on an H200 an empty batch beside another candidate's trials held
+~1 ms a call more span (docs/threat-model.md, "What a spare's calibration beside another candidate does").
+`precalibrate=False` runs them after the hand-over instead. A candidate on a precalibrated spare does not take the
+gate for its calibration stage: it only adopts the spare's figures.
 
 A spare is set up for the task most recently asked for on its device (as late as possible: a standby child has
 no task, so a task switch costs a set-up, not a start). Ready spares of another task are kept while there is
