@@ -77,7 +77,7 @@ class Execution(TimedPhase):
     """Most device memory the candidate allocated beyond its inputs in one timed call (CUDA only)."""
     warm: WarmChild | None = None
     """A pre-started child (sandbox/execution/warm.py) to judge on instead of starting one; its device's gate keeps a
-    spare's set-up out of this candidate's timed phases."""
+    spare's set-up out of this candidate's stages as far as each needs (sandbox/execution/device_gate.py)."""
     build_dir: Path | None = None
     """The build stage's directory for this candidate (PreparedCandidate.build_dir)."""
     source_path: Path | None = None
@@ -216,8 +216,8 @@ class Execution(TimedPhase):
         """Before the candidate exists: the clocks' overhead, what making a timed call's inputs costs the child (which
         sizes the lead before each call), and what an empty timed round trip costs. Each request to the child (the
         clocks' calibration, one empty batch) runs inside its own `step()`: a spare calibrating ahead passes its device
-        gate per step (sandbox/execution/warm.py), so a candidate's timed phase that asks meanwhile goes between two of
-        them; each measurement still runs with no timed phase beside it."""
+        gate per step as a calibrating one (sandbox/execution/warm.py), so a candidate's stage that asks meanwhile goes
+        between two of them; each measurement runs with no candidate's stage beside it."""
         if self.warm is not None and self.warm.calibration is not None:
             # Measured by this method on this child before any candidate existed (sandbox/execution/warm.py).
             self.calibration = self.warm.calibration

@@ -82,7 +82,8 @@ class WarmChild:
     acquire_wait_s: float = 0.0
     """How long the `acquire` that returned this child waited for it (0 when a spare was ready)."""
     yielded_s: float = 0.0
-    """Its set-up's waits at the gate after its first step: candidates' timed phases that went between its steps."""
+    """Its set-up's waits at the gate after its first step: candidates' stages that went between its steps (its
+    calibration waits for a device with no candidate's stage on it)."""
 
     def alive(self) -> bool:
         return self.session.process.poll() is None

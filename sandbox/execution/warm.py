@@ -13,8 +13,9 @@ A spare's life, in two stocks per device:
     set up: Begin(task) once the device is quiet (sandbox/execution/device_gate.py)  --Ready-->  context, tripwires,
       clock; calibrated: the clock's overhead and the empty timed calls, by `Execution.calibrate` itself, as a
       cold start runs them (they are stored and `execute` adopts them)                           -->  ready
-      Each request of the set-up to the child is a step through the device's gate: a candidate's timed phase that
-      asks meanwhile waits for the step running, not for the set-up, and the set-up resumes after that phase.
+      Each request of the set-up to the child is a step through the device's gate: a candidate's stage that asks
+      meanwhile waits for the step running (where the two must not overlap), not for the set-up, and the set-up
+      resumes after that stage. The calibration's steps run only while no candidate of the device is in any stage.
     acquire: handed to ONE candidate: `execute` copies the build into the spare's own directory (bound at its
       /build since it started, so the child sees it), loads it, judges it, and kills the child at the end.
 
@@ -32,9 +33,10 @@ gate: one set-up at a time per device.
 
 When a set-up starts (the idle gaps): at once when no ready spare is left, or when no candidate of the device is
 in flight; otherwise only while the candidate handed out last is still in its untimed start (load,
-correctness: it has begun no timed phase, `DeviceGate.timed_begun`), so that the set-up runs beside those rather
-than at a random moment. A timed phase that begins before a set-up is over waits for the set-up's step that runs, and
-the rest of the set-up waits for that phase to end (sandbox/execution/device_gate.py). On the CPU
+correctness: it has begun no timed phase, `DeviceGate.timed_begun`), so that the child's start of the device runs
+beside those rather than at a random moment. The calibration that follows waits for a gap with no candidate's stage
+on the device (between two stages, or between candidates); a stage that begins while one of its steps runs waits for
+that step, and the rest of the set-up waits for the stage to end (sandbox/execution/device_gate.py). On the CPU
 device the CPU itself is what is timed and a start is all CPU work, so there (`between_candidates`) a spare is
 spawned and set up only while no candidate of its device is in flight: no gain in throughput on the CPU, which
 exists to test the pipeline, and no candidate's time is perturbed.
@@ -46,13 +48,14 @@ and one that died (killed, crashed, its wall limit) or is older than `max_age_s`
 Failure attribution is unchanged: no candidate code runs in a spare until `load`, so a spare that fails
 before that is the judge's failure (discarded and replaced here; `system_error` if it happens in `execute`).
 
-Calibrating ahead: the empty calls measure what a round trip costs the child (its CPU time, the parent's window, and
-on a GPU the span before its calls); measured on a spare, they may run beside the current candidate's untimed stages
-on the same device. The bounds of sandbox/execution/plausibility.py subtract them (the CPU-time floor, the wall
-bound's empty window, the span charge's reference), and a busier device makes them costlier, which loosens those
-bounds for the next candidate, never tightens them: on an H200 an empty batch beside another candidate's trials held
-~1 ms a call more span (docs/threat-model.md, "What a spare's calibration beside another candidate does").
-`precalibrate=False` runs them after the hand-over instead. A candidate on a precalibrated spare does not take the
+Calibrating ahead: the clocks' calibration (the flush's and the lead's cost) and the empty calls measure what a
+round trip costs the child (its CPU time, the parent's window, and on a GPU the span before its calls). The bounds of
+sandbox/execution/plausibility.py subtract them (the CPU-time floor, the wall bound's empty window, the span charge's
+reference), and a busier device makes them costlier, which would loosen those bounds for the candidate that gets the
+spare: on an H200 an empty batch beside another candidate's trials held ~1 ms a call more span. So each of these
+steps passes the gate as a calibrating one (`DeviceGate.warming(calibrating=True)`): it runs only while no candidate
+of the device is in any stage, as quiet as a cold start's own calibration (docs/threat-model.md, "What a spare's
+calibration measures"). `precalibrate=False` runs them after the hand-over instead. A candidate on a precalibrated spare does not take the
 gate for its calibration stage: it only adopts the spare's figures.
 
 A spare is set up for the task most recently asked for on its device (as late as possible: a standby child has
@@ -438,9 +441,9 @@ class WarmPool:
             raise
 
     def _set_up(self, slot: _Slot, spare: Standby, task_id: TaskId) -> WarmChild:
-        """`Begin` and `Ready`, calibration, the environment, each step through the device's gate (a candidate's timed
-        phase that asks meanwhile goes between two steps). Raises on any failure, the child killed and its directory
-        removed."""
+        """`Begin` and `Ready`, calibration, the environment, each step through the device's gate (a candidate's stage
+        that asks meanwhile goes between two steps; the calibration's steps wait for a device with no stage on it).
+        Raises on any failure, the child killed and its directory removed."""
         session, device = spare.session, slot.device
         steps = _Steps(slot.gate, session.kill)
         try:
@@ -474,15 +477,16 @@ class WarmPool:
 
     def _calibrate(self, session: ChildSession, task_id: TaskId, device: str,
                    steps: _Steps) -> tuple[Calibration | None, float]:
-        """`Execution.calibrate` on this child, exactly as a cold `execute` runs it, each of its requests a step through
-        the gate; its results are adopted. The seconds it took, less its waits for the gate."""
+        """`Execution.calibrate` on this child, exactly as a cold `execute` runs it, each of its requests a calibrating
+        step through the gate (its figures feed the bounds: none runs beside a candidate's stage); its results are
+        adopted. The seconds it took, less its waits for the gate."""
         task = get_task(task_id)
         shape = task.official_shape if torch.device(device).type == "cuda" else task.cpu_shape
         run = execution_class(task)(task, device, self.config, shape, {})
         run.session = session
         waited = steps.waited_s
         with run.stage(Stage.CALIBRATION):
-            run.calibrate(steps.step)
+            run.calibrate(functools.partial(steps.step, calibrating=True))
         return run.calibration, run.stages["calibration"] - (steps.waited_s - waited)
 
     def _ended(self, slot: _Slot, session: ChildSession) -> None:
@@ -496,17 +500,18 @@ class WarmPool:
 
 class _Steps:
     """A spare's set-up as steps through its device's gate (sandbox/execution/device_gate.py), and the seconds it
-    waited there: before its first step, and between steps while candidates' timed phases went first."""
+    waited there: before its first step, and between steps while candidates' stages went first."""
 
     def __init__(self, gate: DeviceGate, abort: Callable[[], None]) -> None:
         self.gate, self.abort = gate, abort
         self.waited_s = 0.0
 
     @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        """One step: waits for the gate (`DeviceGate.warming`), holds it while the step runs."""
+    def step(self, *, calibrating: bool = False) -> Iterator[None]:
+        """One step: waits for the gate (`DeviceGate.warming`; `calibrating`: a step whose figures feed a bound),
+        holds it while the step runs."""
         asked = time.monotonic()
-        with self.gate.warming(self.abort):
+        with self.gate.warming(self.abort, calibrating=calibrating):
             self.waited_s += time.monotonic() - asked
             yield
 

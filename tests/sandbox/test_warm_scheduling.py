@@ -179,8 +179,8 @@ def test_a_timed_phase_waits_for_one_step_of_a_set_up_which_resumes_after_it(con
         original = gate.warming
 
         @contextlib.contextmanager
-        def counted(abort=None) -> Iterator[None]:  # noqa: ANN001 - DeviceGate.warming's own argument
-            with original(abort):
+        def counted(abort=None, **kinds: bool) -> Iterator[None]:  # noqa: ANN001 - DeviceGate.warming's own argument
+            with original(abort, **kinds):
                 steps.append(gate.busy)
                 if len(steps) == 3:  # the first empty batch (after the device's start and the clocks' calibration)
                     in_calibration.set()
@@ -214,5 +214,112 @@ def test_a_timed_phase_waits_for_one_step_of_a_set_up_which_resumes_after_it(con
             assert (child.device_s + child.calibration_s + child.environment_s
                     <= child.ready_at - child.began_at - child.yielded_s + 0.05)
             assert next_step.is_set()
+        finally:
+            child.discard()
+
+
+def _wait_for(condition, what: str, timeout_s: float = 30.0) -> None:  # noqa: ANN001 - a predicate
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)  # polling a real condition, with a deadline
+
+
+def test_a_calibrating_step_waits_for_a_gap_and_an_untimed_stage_waits_for_it() -> None:
+    """The calibration's figures feed the bounds: its steps run only with no candidate's stage on the device, a stage
+    that asks meanwhile waits for the one step running, and one waiting goes before the next calibrating step."""
+    gate = DeviceGate()
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def note(what: str) -> None:
+        with lock:
+            order.append(what)
+
+    stepped, release_step = threading.Event(), threading.Event()
+
+    def calibrating(name: str, hold: bool = False) -> None:
+        with gate.warming(calibrating=True):
+            note(name)
+            stepped.set()
+            if hold:
+                release_step.wait(30)
+
+    # A step asked during correctness waits for its end (an untimed stage, which other steps may run beside).
+    with gate.phase("correctness", {}):
+        first = threading.Thread(target=calibrating, args=("step 1",))
+        first.start()
+        _wait_for(lambda: gate.steps_waiting == 1, "the step never asked")
+        note("correctness")
+    first.join(10)
+    assert order == ["correctness", "step 1"]
+
+    # A stage that asks while a calibrating step runs waits for that step, and goes before the next one.
+    stepped.clear()
+    held = threading.Thread(target=calibrating, args=("step 2", True))
+    held.start()
+    assert stepped.wait(10)
+    stages: dict[str, float] = {}
+
+    def extra_shapes() -> None:
+        with gate.phase("extra_shapes", stages):
+            note("extra shapes")
+
+    stage = threading.Thread(target=extra_shapes)
+    stage.start()
+    _wait_for(lambda: gate.stages == 0 and "extra shapes" not in order and gate.busy == (0, True),
+              "the step ended early")
+    following = threading.Thread(target=calibrating, args=("step 3",))
+    following.start()
+    _wait_for(lambda: gate.steps_waiting == 1, "the next step never asked")
+    release_step.set()
+    for thread in (held, stage, following):
+        thread.join(10)
+    assert order == ["correctness", "step 1", "step 2", "extra shapes", "step 3"]
+    assert stages["device_gate_wait"] > 0
+
+
+def test_no_calibrating_step_of_a_spare_runs_while_a_candidate_is_in_its_correctness_stage(
+        config: JudgeConfig, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spare set up while the candidate before it is in its correctness trials: the child's start of the device may
+    run beside them, but the clocks' calibration and the empty batches wait until that stage ends, and then every one
+    runs with no stage on the device."""
+    slots = HostStartSlots(tmp_path_factory.mktemp("slots"), 1)
+    with WarmPool(["cpu"], config, spares=1, between_candidates=False, start_slots=slots) as pool:
+        assert pool.wait_until(lambda s: s["cpu"]["standby"] == 1, START_S), pool.stats()  # no task yet: no set-up
+        gate = pool.gate("cpu")
+        assert gate is not None
+        in_correctness = threading.Event()
+        asked: list[int] = []  # the steps asked for, in order (1: the device's start, 2: the clocks' calibration, ...)
+        ran: list[tuple[int, bool, int]] = []  # per step run: its number, the candidate in correctness, stages running
+        original = gate.warming
+
+        @contextlib.contextmanager
+        def counted(abort=None, **kinds: bool) -> Iterator[None]:  # noqa: ANN001 - DeviceGate.warming's own argument
+            asked.append(len(asked) + 1)
+            number = len(asked)
+            with original(abort, **kinds):
+                ran.append((number, in_correctness.is_set(), gate.stages))
+                yield
+
+        monkeypatch.setattr(gate, "warming", counted)
+        taken: list[WarmChild | None] = []
+        with gate.phase("correctness", {}):
+            in_correctness.set()
+            asker = threading.Thread(target=lambda: taken.append(pool.acquire("cpu", "kl_div", timeout_s=START_S)))
+            asker.start()  # names the task: the set-up begins beside the correctness stage
+            _wait_for(lambda: len(asked) >= 2, "the calibration never asked for the gate", START_S)
+            _wait_for(lambda: len(ran) >= 2 or gate.steps_waiting == 1, "the calibration neither ran nor waited")
+            during = list(ran)
+            in_correctness.clear()
+        asker.join(START_S)
+        (child,) = taken
+        assert child is not None
+        try:
+            assert [number for number, _, _ in during] == [1], during  # the device's start only, beside the stage
+            calibration = [r for r in ran if 2 <= r[0] <= 2 + EMPTY_CALLS]  # the clocks, then each empty batch
+            assert len(calibration) == 1 + EMPTY_CALLS, ran
+            assert all(not beside and stages == 0 for _, beside, stages in calibration), ran
+            assert len(child.calibration.empty_calls) == EMPTY_CALLS
         finally:
             child.discard()
