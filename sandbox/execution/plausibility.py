@@ -245,13 +245,23 @@ def untimed_work_bound(claims_ms: list[float], windows_ms: list[float], empty_wi
 UNATTRIBUTED_SLACK_MS = 0.01
 UNATTRIBUTED_SLACK_FRACTION = 0.02
 """What a batch's span before its first call may exceed the judge's own work in it (the lead's flushes, the making of
-every call's inputs, a flush), per call, without a charge: 10 us plus 2% of a call's making. The making in the child
-runs after a long lead of flushes and beside the batch's other sets; on an H100 (2026-11-28) honest kl_div batches
-exceeded the parent's own making by 0.055-0.085 ms a call (1.1-1.8% of its 4.81 ms), cross_entropy training steps
-by 0.007-0.012 ms (of 0.32), with one batch in thirteen far over (the host held up: the median batch decides the
-refusal, and a charged batch is one of many in the ranked median). So an honest span is charged nothing, and work
-hidden there is charged all but this much: at most ~0.11 ms of a 0.72 ms kl_div call, ~0.016 ms of a 0.19 ms
-cross_entropy call."""
+every call's inputs, a flush), per call, without a charge, for the making's part: 10 us plus 2% of a call's making.
+The making in the child runs after a long lead of flushes and beside the batch's other sets; on an H100 (2026-11-28)
+honest kl_div batches exceeded the parent's own making by 0.055-0.085 ms a call (1.1-1.8% of its 4.81 ms),
+cross_entropy training steps by 0.007-0.012 ms (of 0.32), with one batch in thirteen far over (the host held up: the
+median batch decides the refusal, and a charged batch is one of many in the ranked median)."""
+UNATTRIBUTED_FLUSH_FRACTION = 0.01
+"""The flushes' part of that allowance: 1% of the batch's own flushes (its lead and the flush before its first call,
+counted at the rate the spare's calibration measured), per call. The span's reference is the empty batches' span,
+which ran the same lead through the same flushes, so the flushes cancel out of the excess except for how far their
+rate moved between the calibration and the timing, and that drift is a share of the flush work, not a constant: on
+an H200 (2026-11-29) the single flushes between honest cross_entropy calls ran 1.7-2.2% over their calibrated 60 us in
+the batches charged, and honest spans exceeded a quietly calibrated reference by up to 0.025 ms a call, where its
+lead's flushes are ~1.5 ms a call and the making's allowance 0.016 ms (so 0.6% or more of the flushes drifted). A
+kernel with a short making and a long lead (cross_entropy) is charged by that drift unless the allowance follows the
+flushes; one with a long making (kl_div) was covered by the making's 2%. So an honest span is charged nothing, and
+work hidden there is charged all but the sum: on an H200 ~0.03 ms of a 0.143 ms cross_entropy call, ~0.13 ms of a
+0.52 ms kl_div call (docs/threat-model.md, "What the slack leaves")."""
 UNATTRIBUTED_REFUSE_FRACTION = 0.25
 """Device work beyond the judge's before a call, in the median batch, of more than this share of the median claim is
 refused outright (`tamper_detected`, rule `unattributed_work`): a call whose work is done while its inputs are made
@@ -271,16 +281,24 @@ def too_short(excess_ms: float, own_ms: float) -> bool:
     return excess_ms < -(SHORT_SPAN_SLACK_MS + SHORT_SPAN_FRACTION * own_ms)
 
 
-def unattributed_charge(excess_ms: float, make_ms: float) -> float:
-    """What a call is charged for device time before it beyond the judge's own work (per call, ms)."""
-    return max(0.0, excess_ms - UNATTRIBUTED_SLACK_MS - UNATTRIBUTED_SLACK_FRACTION * make_ms)
+def unattributed_slack(make_ms: float, flushes_ms: float) -> float:
+    """What a call's span may exceed the judge's own work in it uncharged (per call, ms): the making's allowance and
+    the flushes' (UNATTRIBUTED_SLACK_MS, UNATTRIBUTED_SLACK_FRACTION, UNATTRIBUTED_FLUSH_FRACTION)."""
+    return UNATTRIBUTED_SLACK_MS + UNATTRIBUTED_SLACK_FRACTION * make_ms + UNATTRIBUTED_FLUSH_FRACTION * flushes_ms
 
 
-def ranked_claim(claim_ms: float, *, device_type: str, excess_ms: float = 0.0, make_ms: float = 0.0) -> float:
+def unattributed_charge(excess_ms: float, make_ms: float, flushes_ms: float = 0.0) -> float:
+    """What a call is charged for device time before it beyond the judge's own work (per call, ms): `make_ms` the
+    judge's making of its inputs, `flushes_ms` the batch's own flushes at the calibrated rate, per call."""
+    return max(0.0, excess_ms - unattributed_slack(make_ms, flushes_ms))
+
+
+def ranked_claim(claim_ms: float, *, device_type: str, excess_ms: float = 0.0, make_ms: float = 0.0,
+                 flushes_ms: float = 0.0) -> float:
     """What one batch ranks, per call, before `cpu_scale`: on a GPU the claim plus `unattributed_charge`; on the CPU
     the claim."""
     if device_type == "cuda":
-        return claim_ms + unattributed_charge(excess_ms, make_ms)
+        return claim_ms + unattributed_charge(excess_ms, make_ms, flushes_ms)
     return claim_ms
 
 
@@ -300,12 +318,13 @@ def cpu_scale(claims_ms: list[float], runs_ms: list[float], empty_runs_ms: list[
 
 
 def unattributed_work(excess_ms: list[float], make_ms: list[float], claims_ms: list[float],
-                      device_type: str) -> Breach | None:
+                      device_type: str, flushes_ms: Sequence[float] = ()) -> Breach | None:
     """GPU: the median batch's charge for device work before its calls against the median claim
-    (UNATTRIBUTED_REFUSE_FRACTION)."""
+    (UNATTRIBUTED_REFUSE_FRACTION). `flushes_ms`: each batch's own flushes per call (none given: no flushes' part)."""
     if device_type != "cuda" or not claims_ms:
         return None
-    charge = statistics.median(unattributed_charge(e, m) for e, m in zip(excess_ms, make_ms))
+    flushes = list(flushes_ms) or [0.0] * len(excess_ms)
+    charge = statistics.median(unattributed_charge(e, m, f) for e, m, f in zip(excess_ms, make_ms, flushes))
     claim = statistics.median(claims_ms)
     if charge <= UNATTRIBUTED_REFUSE_FRACTION * claim:
         return None

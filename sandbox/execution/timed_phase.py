@@ -117,7 +117,7 @@ class TimedPhase:
                 or plausibility.unexplained_wall([b.unexplained_ms for b in timed],
                                                  [c.unexplained_ms for c in self.empty_calls], windows, device_type)
                 or plausibility.unattributed_work([b.excess_ms for b in timed], [b.judge_ms for b in timed], claims,
-                                                  device_type))
+                                                  device_type, [b.flushes_ms for b in timed]))
 
     def timing_details(self, warm: list[TimedCall], timed: list[TimedCall], reps: int, size: int,
                        clocks_seen: dict[str, Any]) -> TimingDetails:
@@ -301,7 +301,7 @@ class TimedPhase:
         round trip, and what the batch ranks (sandbox/execution/plausibility.py, `ranked_claim`)."""
         judge_ms = sum(self.made_reference(d, t.make_ms) for d, t in zip(seen["distributions"], truths)) / n
         made_ms = went.made_ms / n
-        excess_ms = 0.0
+        excess_ms, own = 0.0, 0.0
         calibration = self.calibration
         if self.is_cuda and calibration is not None and truths:
             own = self.own_flushes_ms(n)
@@ -316,12 +316,12 @@ class TimedPhase:
         gap_ms = sum(g - flush_ms for g in went.gaps_ms) / max(len(went.gaps_ms), 1)
         run_ms, window_ms = seen.pop("run_ms") / n, seen.pop("window_ms") / n
         ranked = plausibility.ranked_claim(went.time_ms, device_type="cuda" if self.is_cuda else "cpu",
-                                           excess_ms=excess_ms, make_ms=judge_ms)
+                                           excess_ms=excess_ms, make_ms=judge_ms, flushes_ms=own)
         return TimedCall(distribution=seen["distributions"][0], claim_ms=went.time_ms, window_ms=window_ms,
                          run_ms=run_ms, hidden_work=went.hidden_work, calls=n, claims_ms=tuple(went.times_ms),
                          distributions=seen["distributions"], host_ms=went.host_ms / n, event_ms=went.event_ms,
                          arm_ms=seen["arm_ms"] / n, truth_ms=seen["truth_ms"] / n, cpu_source=seen["cpu_source"],
-                         settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, excess_ms=excess_ms,
+                         settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, flushes_ms=own, excess_ms=excess_ms,
                          gap_ms=gap_ms, ranked_ms=ranked,
                          unexplained_ms=window_ms - (went.made_ms + sum(went.times_ms) + sum(went.gaps_ms)) / n,
                          own_run_ms=seen["own_run_ms"] / n)

@@ -253,7 +253,8 @@ class TrainingExecution(Execution):
         runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
         breach = (plausibility.timing_bound(claims, [b.window_ms for b in timed], runs, empty_runs, device_type,
                                             training=True, empty_windows_ms=[c.window_ms for c in self.empty_calls])
-                  or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type))
+                  or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type,
+                                                    [b.flushes_ms for b in timed]))
         if breach:
             raise _Stop(Status.TAMPER_DETECTED, f"forward alone: {breach.diagnosis}", rule=breach.rule,
                         **breach.details)

@@ -33,6 +33,7 @@ from sandbox.execution.plausibility import (
     MIN_CLAIM_FRACTION,
     MIN_CLAIM_FRACTION_TRAINING,
     RUN_NOISE_MS,
+    UNATTRIBUTED_FLUSH_FRACTION,
     UNATTRIBUTED_SLACK_FRACTION,
     UNATTRIBUTED_SLACK_MS,
     call_floor_ms,
@@ -218,6 +219,37 @@ def test_work_done_while_the_inputs_are_made_is_charged_to_the_call() -> None:
     assert slack < 0.2 * 0.72, "the slack leaves a small share of a kl_div call free, not most of it"
     assert ranked == pytest.approx(0.02 + 0.70 - slack)
     assert ranked >= 0.72 - slack
+
+
+CE_MAKE_MS, CE_FLUSHES_MS = 0.30, 1.5
+"""A cross_entropy call on an H200: making its inputs (~0.3 ms), and its batch's own flushes per call (a 12 ms lead
+of 60 us flushes over 8 calls, docs/results/ab-integrity-h200-2026-11-29.md)."""
+
+
+def test_a_span_whose_flushes_drifted_since_the_calibration_is_charged_nothing() -> None:
+    """Honest cross_entropy spans on an H200 ran up to 0.025 ms a call over a quietly calibrated reference, most of
+    it the lead's flushes running slower than at the calibration: the allowance follows the flushes measured, so that
+    drift (under 1% of them) is not charged, while the making's allowance alone would have charged it."""
+    drift = 0.025
+    assert unattributed_charge(drift, CE_MAKE_MS) > 0.0  # the making's allowance alone: charged by noise
+    assert unattributed_charge(drift, CE_MAKE_MS, CE_FLUSHES_MS) == 0.0
+    assert ranked_claim(0.143, device_type="cuda", excess_ms=drift, make_ms=CE_MAKE_MS,
+                        flushes_ms=CE_FLUSHES_MS) == 0.143
+    # Proportional to the flushes, not a wider constant: a batch with no lead has only the making's allowance.
+    assert unattributed_charge(drift, CE_MAKE_MS, 0.0) == unattributed_charge(drift, CE_MAKE_MS)
+    more = unattributed_charge(0.2, CE_MAKE_MS, CE_FLUSHES_MS) - unattributed_charge(0.2, CE_MAKE_MS, 2 * CE_FLUSHES_MS)
+    assert more == pytest.approx(UNATTRIBUTED_FLUSH_FRACTION * CE_FLUSHES_MS)
+
+
+def test_work_hidden_behind_the_flushes_is_still_charged_all_but_the_allowance() -> None:
+    """A hook doing a cross_entropy call's work (0.14 ms) while the inputs are made gains at most the allowance: under a
+    quarter of the call."""
+    slack = UNATTRIBUTED_SLACK_MS + UNATTRIBUTED_SLACK_FRACTION * CE_MAKE_MS + UNATTRIBUTED_FLUSH_FRACTION * CE_FLUSHES_MS
+    ranked = ranked_claim(0.005, device_type="cuda", excess_ms=0.14, make_ms=CE_MAKE_MS, flushes_ms=CE_FLUSHES_MS)
+    assert ranked == pytest.approx(0.005 + 0.14 - slack)
+    assert slack < 0.25 * 0.143
+    breach = unattributed_work([0.70] * 5, [CE_MAKE_MS] * 5, [0.02] * 5, "cuda", [CE_FLUSHES_MS] * 5)
+    assert breach is not None and breach.rule == "unattributed_work"
 
 
 def test_the_call_s_work_done_before_it_is_refused_outright() -> None:
