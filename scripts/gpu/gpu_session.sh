@@ -38,7 +38,8 @@
 # ab (issues 39, 44): scripts/gpu/ab_judges.sh, the judge before issue 39 (AB_OLD) against this one, AB_ROUNDS rounds.
 # timing-full (after ab, on its new judge's builds): the two fast kernels with the precision stop off, every planned
 # batch timed, so that a stop rule can be weighed on whole timings (repeats.json keeps each batch's figures).
-# registry (issue 39): hostile class 14 (the registry attacks) and their honest twins (HIDE = False) on pre-started children.
+# registry (issue 39): hostile class 14 (the registry attacks) and their honest twins (HIDE = False) on pre-started children
+# (REGISTRY_FILES narrows it to the names given).
 # serve-burst (issues 39, 40): scripts/gpu/burst.py on the CUDA corpus and hostile classes 12-14 at serve's defaults.
 # builders (issue 43): scripts/gpu/builders_burst.py, the single worker, then N = 8, 2, 4 builders (each keeps its headers), 64 forward kernels.
 # device-baselines (a two-GPU kind): scripts/gpu/check_device_baselines.py, bandwidth and eager time measured on each card.
@@ -118,15 +119,18 @@ run_stages() {
                     --repeat-files kl_div_fast.py cross_entropy_fast.py --corpus tests/corpus/cuda \
                     --only kl_div_fast.py cross_entropy_fast.py ;;
             registry)  # issue 39: hostile class 14 (the registry attacks) on pre-started children beside their honest
-                       # twins (the same file with HIDE = False): each attack non-scoring, or ranked no faster than its twin
-                mkdir -p "$out/registry-twins"
-                for f in tests/corpus/hostile/cuda/c14_*.py; do
-                    sed -e 's/^HIDE = True/HIDE = False/' -e 's/^expect: .*/expect: correct/' -e '/^diagnosis: /d' "$f" \
-                        > "$out/registry-twins/$(basename "$f" .py)_twin.py"
+                       # twins (the same file with HIDE = False): each attack non-scoring, or ranked no faster than its
+                       # twin. REGISTRY_FILES (names, space-separated) narrows it; the twins live in the session's copy
+                       # of the tree (the acceptance names files relative to it)
+                local twins=.registry-twins names
+                read -r -a names <<< "${REGISTRY_FILES:-$(cd tests/corpus/hostile/cuda && echo c14_*.py)}"
+                mkdir -p "$twins"
+                for name in "${names[@]}"; do
+                    sed -e 's/^HIDE = True/HIDE = False/' -e 's/^expect: .*/expect: correct/' -e '/^diagnosis: /d' \
+                        "tests/corpus/hostile/cuda/$name" > "$twins/${name%.py}_twin.py"
                 done
                 stage registry python3 scripts/gpu/gpu_acceptance.py --device cuda:0 --warm --repeat 0 --out "$out/registry" \
-                    --corpus tests/corpus/hostile/cuda "$out/registry-twins" \
-                    --only $(cd tests/corpus/hostile/cuda && ls c14_*.py) $(cd "$out/registry-twins" && ls) ;;
+                    --corpus tests/corpus/hostile/cuda "$twins" --only "${names[@]}" $(cd "$twins" && ls) ;;
             timing-full)  # TIMING_PRECISION = 0 (sandbox/execution/timed_phase.py): no batch count is precise enough
                 stage timing-full env JUDGE_BUILD_ROOT=/tmp/ab/new/builds JUDGE_CACHE_ROOT=/tmp/ab/new/cache python3 -c '
 import runpy, sys
