@@ -26,10 +26,10 @@ time and is recorded (`device_gate_wait` in its stages).
 
 What this leaves: a calibration runs in the gaps between a candidate's stages and between candidates (the worker
 storing a verdict, `acquire`), so a spare is ready later than when its calibration could overlap the previous
-candidate's trials; a candidate that finds none ready waits in `acquire` (`acquire_wait_s`), not in its hold. The gate sees stages,
-not the device: device work a candidate's child left running past its last reply of a stage is not kept apart from
-a calibrating step that starts before the next stage (the child's own replies synchronise the device where they
-carry results; a hostile child's side stream may not have ended).
+candidate's trials; a candidate that finds none ready waits in `acquire` (`acquire_wait_s`), not in its hold. The
+gate sees stages, not the device: device work a candidate's child left running past its last reply of a stage is not
+kept apart from a calibrating step that starts before the next stage (the child's own replies synchronise the device
+where they carry results; a hostile child's side stream may not have ended).
 
 The gate also counts the timed phases begun (`timed_begun`), so that the pool can tell whether the candidate it
 handed out last is still in its untimed start (sandbox/execution/warm.py starts set-ups in that gap).

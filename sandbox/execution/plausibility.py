@@ -257,11 +257,14 @@ which ran the same lead through the same flushes, so the flushes cancel out of t
 rate moved between the calibration and the timing, and that drift is a share of the flush work, not a constant: on
 an H200 (2026-11-29) the single flushes between honest cross_entropy calls ran 1.7-2.2% over their calibrated 60 us in
 the batches charged, and honest spans exceeded a quietly calibrated reference by up to 0.025 ms a call, where its
-lead's flushes are ~1.5 ms a call and the making's allowance 0.016 ms (so 0.6% or more of the flushes drifted). A
+lead's flushes are ~1.2 ms a call and the making's allowance 0.016 ms (so 0.75% or more of the flushes drifted). A
 kernel with a short making and a long lead (cross_entropy) is charged by that drift unless the allowance follows the
-flushes; one with a long making (kl_div) was covered by the making's 2%. So an honest span is charged nothing, and
-work hidden there is charged all but the sum: on an H200 ~0.03 ms of a 0.143 ms cross_entropy call, ~0.13 ms of a
-0.52 ms kl_div call (docs/threat-model.md, "What the slack leaves")."""
+flushes; one with a long making (kl_div) was covered by the making's 2%. With this allowance, none of 16 honest
+cross_entropy_fast judgings on quietly calibrated spares there (spans -0.056 to +0.021 ms a call beyond the
+reference) and none of 16 kl_div_fast ones (-0.17 to +0.059) had a batch charged. So an honest span is charged
+nothing, and work hidden there is charged all but the sum: on an H200 ~0.028 ms of a 0.141 ms cross_entropy call
+(its making 0.31 ms, its flushes 1.2 ms a call), ~0.106 ms of a 0.512 ms kl_div call (4.0 ms, 1.6 ms;
+docs/threat-model.md, "What the slack leaves")."""
 UNATTRIBUTED_REFUSE_FRACTION = 0.25
 """Device work beyond the judge's before a call, in the median batch, of more than this share of the median claim is
 refused outright (`tamper_detected`, rule `unattributed_work`): a call whose work is done while its inputs are made

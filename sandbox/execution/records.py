@@ -80,7 +80,8 @@ class TimedCall:
     what the child's span before each call holds besides its flushes."""
     flushes_ms: float = 0.0
     """GPU: the batch's own flushes (its lead and the one before its first call) at the rate the calibration measured,
-    per call: what the span's allowance for the flushes' drift is a share of (plausibility.UNATTRIBUTED_FLUSH_FRACTION)."""
+    per call: what the span's allowance for the flushes' drift is a share of
+    (plausibility.UNATTRIBUTED_FLUSH_FRACTION)."""
     excess_ms: float = 0.0
     """GPU: the child's span before the batch's first call beyond the judge's own work in it (the lead's flushes, the
     making of every call's inputs, a flush) and beyond what an empty batch's span held so (`empty_span_excess_ms`), per

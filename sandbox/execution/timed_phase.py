@@ -321,8 +321,8 @@ class TimedPhase:
                          run_ms=run_ms, hidden_work=went.hidden_work, calls=n, claims_ms=tuple(went.times_ms),
                          distributions=seen["distributions"], host_ms=went.host_ms / n, event_ms=went.event_ms,
                          arm_ms=seen["arm_ms"] / n, truth_ms=seen["truth_ms"] / n, cpu_source=seen["cpu_source"],
-                         settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, flushes_ms=own, excess_ms=excess_ms,
-                         gap_ms=gap_ms, ranked_ms=ranked,
+                         settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, flushes_ms=own,
+                         excess_ms=excess_ms, gap_ms=gap_ms, ranked_ms=ranked,
                          unexplained_ms=window_ms - (went.made_ms + sum(went.times_ms) + sum(went.gaps_ms)) / n,
                          own_run_ms=seen["own_run_ms"] / n)
 
@@ -339,7 +339,9 @@ class TimedPhase:
         inputs through the same lead. It is the harness's own share of that span (the device waiting on the host
         between the makings and the first call), which no candidate caused, so a timed batch is charged only beyond
         it: honest cross_entropy_fast on an H200 (2026-11-28) held 0.021-0.026 ms a call beyond the judge's work,
-        7% of its making, which 2% of the making as slack charged (+5% on its ranked median). Never below zero."""
+        7% of its making, which the making's allowance alone charged (+5% on its ranked median). Measured on a spare,
+        only while no candidate's stage is on the device (sandbox/execution/device_gate.py): beside one, it read up to
+        1 ms a call long and left that much uncharged. Never below zero."""
         spans = [c.made_ms - self.own_flushes_ms(c.calls) for c in self.empty_calls]
         return max(0.0, statistics.median(spans) - judge_ms) if spans else 0.0
 

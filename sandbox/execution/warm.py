@@ -55,8 +55,8 @@ reference), and a busier device makes them costlier, which would loosen those bo
 spare: on an H200 an empty batch beside another candidate's trials held ~1 ms a call more span. So each of these
 steps passes the gate as a calibrating one (`DeviceGate.warming(calibrating=True)`): it runs only while no candidate
 of the device is in any stage, as quiet as a cold start's own calibration (docs/threat-model.md, "What a spare's
-calibration measures"). `precalibrate=False` runs them after the hand-over instead. A candidate on a precalibrated spare does not take the
-gate for its calibration stage: it only adopts the spare's figures.
+calibration measures"). `precalibrate=False` runs them after the hand-over instead. A candidate on a precalibrated
+spare does not take the gate for its calibration stage: it only adopts the spare's figures.
 
 A spare is set up for the task most recently asked for on its device (as late as possible: a standby child has
 no task, so a task switch costs a set-up, not a start). Ready spares of another task are kept while there is
