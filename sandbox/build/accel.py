@@ -34,7 +34,7 @@ Layout under `<cache_root>/build-accel/` (survives restarts; one per host, like 
     <variant>/torch/extension.h       a stub (`STUB_TEXT`) for a second `#include <torch/extension.h>`
     <variant>/main-subset/torch/extension.h.gch   the subset PCH, under the name main.cpp includes; absent
                                       when it could not be built (`<variant>/main-subset.failed` says why)
-    <variant>/main-subset/torch/extension.h       the same stub
+    <variant>/main-subset/torch/extension.h       its own stub (`SUBSET_STUB_TEXT`: nothing more is read)
     <variant>/flags.json              those flags (what the child compares with), and what built it
     <variant>.lock                    held while it is built, and while eviction removes it
     <variant>.full.lock               held while its full PCH is finished after the subset was published
@@ -49,8 +49,9 @@ Subset first: both PCHs of a variant are compiled side by side, and the variant 
 is built (26 s of g++ on the 2-core development machine, against 36 s for the full one), with the full PCH still
 compiling: a candidate whose main.cpp will compile with the subset waits for it alone. A thread of the builder's
 process (`finish_full`, holding `<variant>.full.lock`) moves the full PCH in when it is done, its stub first. A
-candidate whose text says it will want the full PCH (it names torch's C++ frontend or includes torch/extension.h
-itself, as most model-written `cpp_sources` do: `accel_layout.wants_full_header`) waits for it. Any other
+candidate whose text says it will want the full PCH (it names torch's C++ frontend: `accel_layout.wants_full_header`)
+waits for it; one that includes torch/extension.h itself, as most model-written `cpp_sources` do, does not: the
+subset's stub stands for the whole header at that include too. Any other
 main.cpp that needs it meanwhile (one that fails with the subset) is compiled against torch's own header (the
 child's hooks see no `.gch` there; a link the child made to it dangles, and g++ then reads the stub, which goes on
 to torch's header), which is what the build would do without the judge. The full PCH runs at normal priority:
@@ -82,15 +83,15 @@ import torch
 from sandbox import supervisor
 from sandbox.build.pch_compilers import (finish_full, finish_subset, flag_include_dirs, kill_compiler, locked,
                                           release, start_compiler, start_subset, try_lock)
-from sandbox.shared.accel_layout import (FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, has_full, normalise, usable,
-                                         wants_full_header)
+from sandbox.shared.accel_layout import (FLAGS_FILE, PCH_NAME, STUB_TEXT, SUBSET_DIR, SUBSET_STUB_TEXT, has_full,
+                                         normalise, usable, wants_full_header)
 
 ACCEL_DIR = "build-accel"
 CHILD_MOUNT = "/judge-accel"
 """Where a bubblewrap build child sees the accelerator directory (read-only)."""
 CHILD_CXX = "c++"
 """torch's compiler when CXX is unset, as in every build child (torch.utils.cpp_extension.get_cxx_compiler)."""
-LAYOUT = "full+main-subset+stub 2"
+LAYOUT = "full+main-subset+stub 3"
 """Part of a variant's id: a variant built before the layout changed (the subset PCH, the stub) is built again,
 once."""
 USED_FILE = "used"
@@ -306,9 +307,9 @@ def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Pat
 
 def _publish(tmp: Path, final: Path, record: dict) -> None:
     """Stubs beside the PCHs built, the flags record, then the rename that makes the variant visible whole."""
-    for pch in (tmp / PCH_NAME, tmp / SUBSET_DIR / PCH_NAME):
+    for pch, stub in ((tmp / PCH_NAME, STUB_TEXT), (tmp / SUBSET_DIR / PCH_NAME, SUBSET_STUB_TEXT)):
         if pch.is_file():
-            pch.with_suffix("").write_text(STUB_TEXT)  # torch/extension.h beside torch/extension.h.gch
+            pch.with_suffix("").write_text(stub)  # torch/extension.h beside torch/extension.h.gch
     (tmp / FLAGS_FILE).write_text(json.dumps(record))
     os.chmod(tmp, 0o755)
     shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed builder

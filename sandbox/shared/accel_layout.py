@@ -19,9 +19,16 @@ STUB_TEXT = ("// A second #include <torch/extension.h> after the precompiled one
 name it looks for the header itself in the directory where it found the `.gch`, and without this fails with
 `<dir>/torch/extension.h: No such file or directory` where torch alone compiles. torch's header, reached
 through `#include_next`, is then skipped as already read (the PCH records its include guards and `#pragma
-once` files); through the subset PCH, the part of it the subset lacks is parsed."""
+once` files). The subset PCH has its own stub (`SUBSET_STUB_TEXT`)."""
+SUBSET_STUB_TEXT = ("// A second #include <torch/extension.h> after the precompiled subset of it: the subset\n"
+                    "// stands for the whole header, so nothing more is read (sandbox/child/build/hooks.py).\n")
+"""The header beside the subset's `.gch`: empty. Through `STUB_TEXT` a second include would parse the part of
+torch/extension.h the subset lacks (torch's C++ frontend), which made a main.cpp that includes the header itself, as
+most model-written `cpp_sources` do, cost more than with the full PCH. With this stub the subset stands for the
+whole header at every include: a main.cpp that needs the frontend fails to compile and is built again with the full
+PCH, exactly as one that includes the header once."""
 FLAGS_FILE = "flags.json"
-HOOKS_VERSION = 3
+HOOKS_VERSION = 4
 """What the build child's hooks (sandbox/child/build/hooks.py) do, as a number: part of every stored build outcome
 (sandbox/build/compiler.py, `accelerator_config`), so that a compile error stored under older hooks is tried again."""
 ACCELERATOR_WORDS = re.compile(r"\.gch\b|precompiled header|/judge-accel\b|/build-accel/|\.judge-pch\b"
@@ -39,17 +46,14 @@ FRONTEND = re.compile(r"\btorch::(?:nn|optim|data|jit|serialize|autograd|python|
                       r"|sparse|mps|xpu)::|\btorch::(?:save|load|NoGradGuard|AutoGradMode|manual_seed)\b")
 """What the subset PCH certainly lacks (torch's C++ frontend, sandbox/build/accel.py): a main.cpp that names it
 gets the full PCH without trying. Anything else the subset lacks fails to compile and falls back the same."""
-EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"]", re.M)
-"""An `#include <torch/extension.h>` line: load_inline writes one first in main.cpp, and a main.cpp with a second one
-goes to the full PCH (the subset's stub would parse the rest of the header for it)."""
 
 
 def wants_full_header(source: str) -> bool:
     """Whether a candidate's main.cpp will probably be offered the full PCH rather than the subset: its text names
-    torch's C++ frontend, or includes torch/extension.h itself (most model-written `cpp_sources` do; the parent
-    cannot tell cpp_sources from cuda_sources in the text, so a .cu's include counts too). The parent then waits for
-    the full PCH before the build (sandbox/build/accel.py); a wrong guess costs only time."""
-    return bool(FRONTEND.search(source) or EXTENSION_INCLUDE.search(source))
+    torch's C++ frontend. The parent then waits for the full PCH before the build (sandbox/build/accel.py); a wrong
+    guess costs only time. Including torch/extension.h again, as most model-written `cpp_sources` do, is not such a
+    sign: the subset's stub stands for the whole header (`SUBSET_STUB_TEXT`)."""
+    return bool(FRONTEND.search(source))
 
 
 def usable(variant_dir: Path) -> bool:

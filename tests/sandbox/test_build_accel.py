@@ -26,6 +26,7 @@ from sandbox.build import accel as build_accel
 from sandbox.build import pch_compilers
 from sandbox.child.build import hooks as build_hooks
 from sandbox.pipeline import PreparedCandidate, prepare
+from sandbox.shared import accel_layout
 
 from .conftest import CORPUS
 
@@ -74,10 +75,12 @@ def test_gcc_really_reads_the_subset_it_is_offered(judge_config, tmp_path: Path)
     assert subset is not None, (variant.parent / f"{variant.name}/{build_accel.SUBSET_DIR}.failed")
     headers = list(Path(subset).rglob("*.h"))  # only the stub for a repeated include, never the PCH's source
     assert [h.relative_to(subset) for h in headers] == [Path("torch/extension.h")], headers
-    assert headers[0].read_text() == build_accel.STUB_TEXT, "the subset PCH's source was left beside it"
+    assert headers[0].read_text() == accel_layout.SUBSET_STUB_TEXT, "the subset PCH's source was left beside it"
     compiler, flags = build_accel.torch_compile_flags("cpu", ("-O2",))
     (tmp_path / "main.cpp").write_text(
         "#include <torch/extension.h>\n"
+        "#include <vector>\n"
+        "#include <torch/extension.h>\n"  # again, as model-written cpp_sources do: the subset's stub, nothing more
         "torch::Tensor twice(torch::Tensor x) { return torch::full({2}, 2.0f) * x.sum(); }\n"
         "PYBIND11_MODULE(judge_subset, m) { m.def(\"twice\", torch::wrap_pybind_function(twice), \"twice\"); }\n")
     proc = subprocess.run([*shlex.split(compiler), "-H", "-Winvalid-pch", *flags, "-c", str(tmp_path / "main.cpp"),
@@ -85,6 +88,8 @@ def test_gcc_really_reads_the_subset_it_is_offered(judge_config, tmp_path: Path)
                           env={**os.environ, "CPATH": subset}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"! {subset}/torch/extension.h.gch" in proc.stderr  # tensor arithmetic, pybind11: all in the subset
+    read = [line.lstrip(". ") for line in proc.stderr.splitlines() if line.startswith(".") and "torch" in line]
+    assert read == [f"{subset}/torch/extension.h"], read  # the second include read the stub and no torch header
     # torch's C++ frontend is not: such a main.cpp fails with it (and the child then offers the full PCH).
     (tmp_path / "frontend.cpp").write_text("#include <torch/extension.h>\n"
                                            "torch::OrderedDict<std::string, double> weights;\n")

@@ -85,7 +85,7 @@ def test_a_variant_is_published_with_its_subset_and_its_full_pch_moved_in_after(
     assert variant is not None
     # Published while the full PCH is held at the gate: the subset and its stub, the record, no full PCH yet.
     assert accel_layout.usable(variant) and not accel_layout.has_full(variant)
-    assert (variant / build_accel.SUBSET_DIR / "torch" / "extension.h").read_text() == build_accel.STUB_TEXT
+    assert (variant / build_accel.SUBSET_DIR / "torch" / "extension.h").read_text() == accel_layout.SUBSET_STUB_TEXT
     record = json.loads((variant / build_accel.FLAGS_FILE).read_text())
     assert record["flags"] == flags and record["seconds"] is None and record["subset_seconds"] > 0
     assert list(root.glob(f".tmp-{variant.name}-full-*")), "the full PCH is not being compiled"
@@ -212,8 +212,9 @@ def test_a_candidate_that_needs_the_full_header_is_judged_as_torch_builds_it_bef
 
 
 def test_the_parent_waits_for_the_full_pch_for_a_candidate_whose_text_wants_it() -> None:
-    """Model-written cpp_sources include torch/extension.h again (load_inline puts one first): their main.cpp goes
-    to the full PCH, so the parent waits for it rather than build them against torch's own header meanwhile."""
-    assert accel_layout.wants_full_header((CORPUS / "cpu" / "model_kl_div_repeated_include.py").read_text())
+    """A candidate naming torch's C++ frontend goes to the full PCH, so the parent waits for it rather than build it
+    against torch's own header meanwhile. Model-written cpp_sources that include torch/extension.h again (load_inline
+    puts one first) do not: the subset's stub stands for the whole header."""
     assert accel_layout.wants_full_header("x = 'auto m = torch::nn::Linear(2, 2);'")
+    assert not accel_layout.wants_full_header((CORPUS / "cpu" / "model_kl_div_repeated_include.py").read_text())
     assert not accel_layout.wants_full_header((CORPUS / "cpu" / "kl_div_cpp_correct.py").read_text())

@@ -21,8 +21,10 @@ without these hooks, then finds every output up to date instead of rebuilding.
    directory (`PCH_MIRROR`): the variant's `torch/extension.h` stub, copied, and a link to its `.gch`, made
    for each ninja run and removed after it. Why the stub: load_inline puts `#include <torch/extension.h>`
    first in main.cpp and most candidates include it again; g++ uses a PCH once, then looks for the header
-   itself in the directory where it found the `.gch`, and fails if it is not there. The stub sends that
-   second include on to torch's own header (`#include_next`), which the PCH has already marked as read.
+   itself in the directory where it found the `.gch`, and fails if it is not there. The full PCH's stub sends
+   that second include on to torch's own header (`#include_next`), which the PCH has already marked as read;
+   the subset's stub is empty, so that the subset stands for the whole header at every include (a second
+   include would otherwise parse the frontend the subset leaves out: more than the full PCH costs).
    Why a mirror: the stub, once read, is in ninja's record of main.cpp's headers, and the execution child
    has no accelerator directory; a header missing there would make its ninja compile main.cpp again (or,
    where it may not compile, refuse). The mirror's stub is in the build directory the execution child is
@@ -58,8 +60,8 @@ from typing import Any, Callable
 
 from sandbox.child.build import retry_rule
 from sandbox.child.build import slim_headers
-from sandbox.shared.accel_layout import (ACCELERATOR_WORDS, EXTENSION_INCLUDE, FLAGS_FILE, FRONTEND, PCH_NAME,
-                                         STUB_TEXT, SUBSET_DIR, has_full, normalise, usable)
+from sandbox.shared.accel_layout import (ACCELERATOR_WORDS, FLAGS_FILE, FRONTEND, PCH_NAME, STUB_TEXT, SUBSET_DIR,
+                                         SUBSET_STUB_TEXT, has_full, normalise, usable)
 
 PCH_MIRROR = ".judge-pch"
 """Inside an extension's build directory: the directory CPATH names while ninja runs (see the module doc)."""
@@ -143,8 +145,8 @@ def subset_of(variant_dir: str) -> str | None:
 
 def frontend_named(main_cpp: str | None) -> str | None:
     """Why main.cpp should go straight to the full PCH ("names torch::nn::", "could not be read"), or None.
-    A main.cpp that includes torch/extension.h a second time (load_inline wrote the first) goes there too: the
-    subset's stub would parse the whole header for that include, the full PCH has it all."""
+    A main.cpp that includes torch/extension.h a second time (load_inline wrote the first) is offered the subset like
+    any other: the subset's stub stands for the whole header (accel_layout.SUBSET_STUB_TEXT)."""
     if main_cpp is None:
         return None
     try:
@@ -152,9 +154,7 @@ def frontend_named(main_cpp: str | None) -> str | None:
     except OSError:
         return "could not be read"
     found = FRONTEND.search(text)
-    if found:
-        return f"names {found.group(0)}"
-    return "includes torch/extension.h again" if len(EXTENSION_INCLUDE.findall(text)) > 1 else None
+    return f"names {found.group(0)}" if found else None
 
 
 def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp: str | None = None,
@@ -218,13 +218,15 @@ def mirror_pch(build_directory: Path) -> Path | None:
     offered = os.environ.get(_OURS)
     if offered is None or os.environ.get("CPATH") != offered:
         return None
-    mirror = build_directory / PCH_MIRROR / ("subset" if os.environ.get(_FULL) is not None else "full")
+    subset = os.environ.get(_FULL) is not None
+    mirror = build_directory / PCH_MIRROR / ("subset" if subset else "full")
+    text = SUBSET_STUB_TEXT if subset else STUB_TEXT
     try:
         (mirror / "torch").mkdir(parents=True, exist_ok=True)
         stub = mirror / "torch" / "extension.h"
-        if not stub.is_file() or stub.read_text() != STUB_TEXT:
+        if not stub.is_file() or stub.read_text() != text:
             stub.unlink(missing_ok=True)
-            stub.write_text(STUB_TEXT)
+            stub.write_text(text)
         link = mirror / PCH_NAME
         link.unlink(missing_ok=True)
         link.symlink_to(Path(offered) / PCH_NAME)
