@@ -62,7 +62,12 @@ def check_judged(path: Path, judge_config: JudgeConfig, fast_config: JudgeConfig
     """`path` judged for real gets the verdict (and the diagnosis) its header declares."""
     meta = corpus_meta(path)
     config = fast_config if "timeout" in meta["expect"] else judge_config
-    verdict = judge(meta["task"], path.read_text(encoding="utf-8"), "cpu", config=config)
+    check_verdict(path, judge(meta["task"], path.read_text(encoding="utf-8"), "cpu", config=config))
+
+
+def check_verdict(path: Path, verdict: Verdict) -> None:
+    """`verdict`, of `path` judged for real, is the one (with the diagnosis) its header declares."""
+    meta = corpus_meta(path)
     assert re.fullmatch(meta["expect"], verdict.status.value), \
         f"{verdict.status.value}: {verdict.diagnosis}\ntiming bounds' inputs: {_bound_inputs(verdict)}"
     if "diagnosis" in meta:

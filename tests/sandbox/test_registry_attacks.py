@@ -31,6 +31,7 @@ from sandbox import Status, judge
 from sandbox.config import JudgeConfig
 
 from .conftest import CORPUS, corpus_meta
+from .test_corpus import check_verdict
 
 pytestmark = pytest.mark.slow  # two full CPU judgings a file, at once: 40-130 s each
 
@@ -69,7 +70,7 @@ def test_a_firing_registry_attack_is_refused_or_no_faster_than_its_honest_twin(p
     with ThreadPoolExecutor(2) as pool:  # at once: the host's other load falls on both alike
         attack, twin = pool.map(lambda code: judge(task, code, "cpu", config=judge_config),
                                 [source, honest_twin(source)])
-    assert re.fullmatch(meta["expect"], attack.status.value), attack.diagnosis
+    check_verdict(path, attack)  # the attack's own judging: test_corpus_hostile_registries.py leaves these files out
     if attack.status is not Status.CORRECT:
         return  # refused: no score, nothing gained
     assert twin.status is Status.CORRECT, twin.diagnosis
