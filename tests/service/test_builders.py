@@ -1,12 +1,12 @@
 """Builder workers apart from run workers (issue 43), with real processes on both databases.
 
-A builder (`worker --role build`) and a run worker (`worker --role run`) with separate build and cache roots, so
-nothing reaches the run worker through a shared disk: every build it runs travels as an artifact through the
-database. The CPU corpus is judged to its declared verdicts; a builder SIGKILLed in the middle of a build loses
-nothing; a tampered artifact (bytes changed after publish, or a manifest for another key) is refused, and the
-verdict is still the candidate's own. (In the last two the build roots stay apart and the cache root, which holds
-the judge's trusted precompiled headers and baselines, is the session's.) The queue's stage rules are checked
-in-process on both databases.
+A builder (`worker --role build`) and a run worker (`worker --role run`) with separate build roots, so no build
+reaches the run worker through a shared disk: every build it runs travels as an artifact through the database. The
+CPU corpus is judged to its declared verdicts; a builder SIGKILLed in the middle of a build loses nothing; a
+tampered artifact (bytes changed after publish, or a manifest for another key) is refused, and the verdict is still
+the candidate's own. The cache root, which holds only what the judge builds and measures itself (the trusted
+precompiled headers, the baselines), is the session's: no candidate's build is in it. The queue's stage rules are
+checked in-process on both databases.
 """
 
 from __future__ import annotations
@@ -72,22 +72,10 @@ def worker_stats(db: Database, pid: int) -> dict:
         return s.scalars(select(WorkerRow.stats).where(WorkerRow.pid == pid)).one()
 
 
-def roots(tmp_path: Path, name: str) -> dict[str, str]:
-    """A worker's own build and cache roots (JUDGE_BUILD_ROOT, JUDGE_CACHE_ROOT: sandbox/config.py). No shared
-    precompiled headers: building them takes minutes on a small machine and changes no build's output."""
-    return {"JUDGE_BUILD_ROOT": str(tmp_path / name / "builds"), "JUDGE_CACHE_ROOT": str(tmp_path / name / "cache"),
-            "JUDGE_PRECOMPILED_HEADERS": "0"}
-
-
-def builder(spawn, tmp_path: Path, name: str = "builder", **env: str):
-    return spawn("worker", JUDGE_ROLE="build", **roots(tmp_path, name), **env)
-
-
-def headed_builder(spawn, judge_dirs: dict[str, str], tmp_path: Path, name: str = "builder"):
-    """A builder with its own build root and the session's cache root, precompiled headers on: for the tests of a
-    lost builder and of a tampered artifact, where what matters is that the build travels as an artifact (the build
-    roots are apart), not where the trusted headers come from. A build without them cost ~40 s a time on the 2-core
-    CI machine, with them ~7 s."""
+def builder(spawn, judge_dirs: dict[str, str], tmp_path: Path, name: str = "builder"):
+    """A builder with its own build root and the session's cache root (its trusted precompiled headers: a build
+    without them cost ~40 s a time on the 2-core CI machine, with them ~7 s). What matters here is that every build
+    travels as an artifact, which the build roots being apart makes certain."""
     return spawn("worker", JUDGE_ROLE="build", JUDGE_BUILD_ROOT=str(tmp_path / name / "builds"),
                  JUDGE_CACHE_ROOT=judge_dirs["JUDGE_CACHE_ROOT"])
 
@@ -154,7 +142,7 @@ def test_the_store_keeps_an_intact_artifact_and_replaces_an_altered_one(db):
 @pytest.mark.both_databases  # the hand-over between roles, through each back end
 @pytest.mark.timeout(900)
 def test_a_builder_and_a_run_worker_judge_the_cpu_corpus_through_artifacts(db, spawn, judge_dirs, tmp_path):
-    build = builder(spawn, tmp_path)
+    build = builder(spawn, judge_dirs, tmp_path)
     wait_for(lambda: registered(db, "build"), 120, "the builder to register")
     run = run_worker(spawn, judge_dirs, tmp_path)
     subs = {name: submit(db, CPU / name, f"builders {tmp_path.name}") for name in DECLARED}
@@ -194,7 +182,7 @@ def builder_id(db: Database, pid: int) -> str:
 
 @pytest.mark.timeout(900)
 def test_a_builder_killed_mid_build_loses_nothing(db, spawn, judge_dirs, tmp_path):
-    first = headed_builder(spawn, judge_dirs, tmp_path, "b1")
+    first = builder(spawn, judge_dirs, tmp_path, "b1")
     wait_for(lambda: registered(db, "build"), 120, "the builder to register")
     sub = submit(db, CPU / "kl_div_cpp_correct.py", f"killed {tmp_path.name}")
     # Mid-build: the job is the builder's and its build directory exists, but nothing is stored yet.
@@ -202,7 +190,7 @@ def test_a_builder_killed_mid_build_loses_nothing(db, spawn, judge_dirs, tmp_pat
     wait_for(lambda: any(builds.glob("*/build")) and not any(builds.glob("*/result.json")), 300,
              "the build to start")
     first.kill9()
-    second = headed_builder(spawn, judge_dirs, tmp_path, "b2")
+    second = builder(spawn, judge_dirs, tmp_path, "b2")
     # The run worker comes once the second builder is alive, so the job is the builders' (a run worker with no
     # builder alive would build it itself, which is the next rule, not this test's).
     wait_for(lambda: registered_pid(db, second.pid), 120, "the second builder to register")
@@ -220,7 +208,7 @@ def test_a_builder_killed_mid_build_loses_nothing(db, spawn, judge_dirs, tmp_pat
 @pytest.mark.parametrize("tamper", ["bytes"])  # a manifest for another key: tests/sandbox/test_artifacts.py, and
 # the run worker's same refusal path (one process pair each costs CI a full judging)
 def test_a_tampered_artifact_is_refused_and_the_verdict_is_the_candidates(db, spawn, judge_dirs, tmp_path, tamper):
-    build = headed_builder(spawn, judge_dirs, tmp_path)
+    build = builder(spawn, judge_dirs, tmp_path)
     sub = submit(db, CPU / "kl_div_cpp_correct.py", f"tampered {tamper} {tmp_path.name}")
     wait_for(lambda: job_of(db, sub).artifact_sha256, 600, "the build to be published")
     assert build.terminate() == 0
