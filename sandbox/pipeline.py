@@ -260,6 +260,7 @@ def _run_build(task: Task, paths: compiler.KeyPaths, target: str, config: JudgeC
         compiler.empty_build_dir(paths)
         result = _build_child(task, paths, config, extra, {}, started)
         result = replace(result, log=f"{REBUILT_NOTE} ({named!r})\n{result.log}")
+    compiler.want_full_pch(config, target, paths.source.read_text(), result.log)
     return replace(result, pch_building_s=offer.pch_building_s)
 
 

@@ -40,24 +40,28 @@ Layout under `<cache_root>/build-accel/` (survives restarts; one per host, like 
     <variant>.full.lock               held while its full PCH is finished after the subset was published
     <variant>.failed                  the compiler's output, when building it failed (not retried)
     <variant>.full.failed             the same for the full PCH of a published subset-only variant
+    <variant>.full.wanted             a build needed the full PCH (`want_full`): it is built, and built again by the
+                                      next caller if its builder died
 
 A variant is built in a private temporary directory and renamed into place: a reader sees nothing or a
 whole PCH, and two workers asking at once build it once (the second waits on the lock, then finds it).
 At most `MAX_VARIANTS` are kept, least recently used first out (each is ~0.3-0.8 GB).
 
-Subset first: both PCHs of a variant are compiled side by side, and the variant is published as soon as its subset
-is built (26 s of g++ on the 2-core development machine, against 36 s for the full one), with the full PCH still
-compiling: a candidate whose main.cpp will compile with the subset waits for it alone. A thread of the builder's
-process (`finish_full`, holding `<variant>.full.lock`) moves the full PCH in when it is done, its stub first. A
-candidate whose text says it will want the full PCH (it names torch's C++ frontend: `accel_layout.wants_full_header`)
-waits for it; one that includes torch/extension.h itself, as most model-written `cpp_sources` do, does not: the
-subset's stub stands for the whole header at that include too. Any other
-main.cpp that needs it meanwhile (one that fails with the subset) is compiled against torch's own header (the
-child's hooks see no `.gch` there; a link the child made to it dangles, and g++ then reads the stub, which goes on
-to torch's header), which is what the build would do without the judge. The full PCH runs at normal priority:
-builds wait for it; a niced one would starve behind a busy host's builds. A full PCH that failed is recorded in
-`<variant>.full.failed` and the variant stays subset-only; one whose builder died is started again by the next
-caller.
+Subset first, full on demand: a variant is built and published with its subset PCH alone (26 s of g++ on the 2-core
+development machine, against 36 s for the full one); its full PCH is built only once something needs it. Why: with
+the subset's stub standing for the whole header (`accel_layout.SUBSET_STUB_TEXT`), a main.cpp needs the full PCH only
+when it uses torch's C++ frontend, which load_inline kernels seldom do, and a full PCH compiled beside the subset on
+every new host (and for every flag set) took a core from the subset itself and from the first builds. Two things ask
+for it: a candidate whose text says it will want it (it names torch's C++ frontend:
+`accel_layout.wants_full_header`), whose build waits for it; and a build whose main.cpp failed with the subset and was
+compiled against torch's own header because the full PCH was not there (`want_full`, from the build's log), after
+which the full PCH is compiled in the background for the next such candidate. A thread of the asking process
+(`finish_full`, holding `<variant>.full.lock`) moves it in when it is done, its stub first. A main.cpp that needs it
+meanwhile is compiled against torch's own header (the child's hooks see no `.gch` there), which is what the build
+would do without the judge. The full PCH runs at normal priority: builds wait for it; a niced one would starve
+behind a busy host's builds. A full PCH that failed is recorded in `<variant>.full.failed` and the variant stays
+subset-only; one whose builder died is started again by the next caller once it has been wanted. Where the subset
+cannot be built (a torch whose layout lacks one of its headers), the variant is the full PCH alone, built at once.
 """
 
 from __future__ import annotations
@@ -221,9 +225,10 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
                   wait_full: bool = False) -> Path | None:
     """The variant directory for these flags, published now if missing; None when it cannot be built here.
 
-    It returns once the variant is usable, which may be before its full PCH is in place (module doc: subset first);
-    `wait_full`: not before the full PCH is in place or has failed. Safe with any number of concurrent callers, in
-    threads or processes: one builds, the rest wait for its lock and then find it (or its `.failed` record)."""
+    It returns once the variant is usable, which may be without its full PCH (module doc: full on demand);
+    `wait_full`: not before the full PCH is in place or has failed, built now if it is not. Safe with any number of
+    concurrent callers, in threads or processes: one builds, the rest wait for its lock and then find it (or its
+    `.failed` record)."""
     header = header_path(flags)
     final = variant_path(root, compiler, flags)
     if header is None or final is None:
@@ -235,7 +240,8 @@ def build_variant(root: Path, compiler: str, flags: list[str], *, timeout_s: flo
             if not usable(final) and ((root / f"{vid}.failed").exists()
                                       or not _build(root, final, compiler, flags, header, timeout_s)):
                 return None
-    _full_pch(root, final, compiler, flags, header, timeout_s, wait=wait_full)
+    if wait_full or (root / f"{vid}.full.wanted").exists():
+        _full_pch(root, final, compiler, flags, header, timeout_s, wait=wait_full)
     _evict(root, keep=final)
     return final
 
@@ -261,34 +267,30 @@ def _finish_later(root: Path, final: Path, *args: object) -> None:
 
 
 def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Path, timeout_s: float) -> bool:
-    """Build and publish the variant (its lock held): once the subset is built, with the full PCH handed to
-    `finish_full`; without a subset, once the full PCH is built. False when it could not be built now."""
+    """Build and publish the variant (its lock held): its subset PCH alone (the full one on demand, module doc); where
+    no subset can be built, its full PCH. False when it could not be built now."""
     vid = final.name
     failed = root / f"{vid}.failed"
     for stale in root.glob(f".tmp-{vid}-*"):  # a killed builder's: none is live while this lock is free (_evict)
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{vid}-", dir=root))
-    handed_over = False
+    full_dir = None
     started = time.monotonic()
-    full, full_dir, argv = _start_full(root, vid, compiler, flags, header, failed)
     try:
+        subset_seconds = finish_subset(tmp, start_subset(tmp, compiler, flags), started, timeout_s)
+        if subset_seconds is not None:
+            _publish(tmp, final, {"flags": flags, "compiler": compiler, "header": str(header),
+                                  "torch": torch.__version__, "seconds": None, "subset_seconds": subset_seconds})
+            return True
+        full, full_dir, argv = _start_full(root, vid, compiler, flags, header, failed)
         if full is None:
             return False
         try:
-            subset_seconds = finish_subset(tmp, start_subset(tmp, compiler, flags), started, timeout_s)
-            # Taken before the variant is visible, so that no caller of `_full_pch` starts a second full PCH.
-            lock = try_lock(root / f"{vid}.full.lock") if subset_seconds is not None else None
-            if lock is not None:
-                _publish(tmp, final, {"flags": flags, "compiler": compiler, "header": str(header),
-                                      "torch": torch.__version__, "seconds": None, "subset_seconds": subset_seconds})
-                _finish_later(root, final, full, full_dir, argv, started, timeout_s, lock)
-                handed_over = True
-                return True
             out, err = full.communicate(timeout=max(1.0, timeout_s - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
             return False  # a loaded host: try again another time
         finally:
-            if not handed_over and full.poll() is None:
+            if full.poll() is None:
                 kill_compiler(full)
                 full.communicate()
         if full.returncode != 0 or not (full_dir / PCH_NAME).is_file():
@@ -301,7 +303,7 @@ def _build(root: Path, final: Path, compiler: str, flags: list[str], header: Pat
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not handed_over:
+        if full_dir is not None:
             shutil.rmtree(full_dir, ignore_errors=True)
 
 
@@ -344,6 +346,25 @@ def _full_pch(root: Path, final: Path, compiler: str, flags: list[str], header: 
         release(lock)
         return
     (finish_full if wait else _finish_later)(root, final, proc, full_dir, argv, time.monotonic(), timeout_s, lock)
+
+
+def want_full(cache_root: Path, target: str, source: str) -> list[Path]:
+    """A build of `source` needed a full PCH that was not there (its log says so: `accel_layout.FULL_NOT_BUILT`): mark
+    its variants' full PCHs wanted and start compiling them in the background, for the next candidate that needs
+    them. The variants whose full PCH is now on its way."""
+    root, started = accel_root(cache_root), []
+    for extra in wanted_flag_sets(source):
+        try:
+            compiler, flags = torch_compile_flags(target, extra)
+        except Exception:  # noqa: BLE001 - as in `preparation`: no PCH for this build
+            continue
+        final, header = variant_path(root, compiler, flags), header_path(flags)
+        if final is None or header is None or not usable(final) or has_full(final):
+            continue
+        (root / f"{final.name}.full.wanted").touch()
+        _full_pch(root, final, compiler, flags, header, BUILD_TIMEOUT_S, wait=False)
+        started.append(final)
+    return started
 
 
 def _evict(root: Path, keep: Path, max_variants: int = MAX_VARIANTS) -> None:

@@ -48,7 +48,7 @@ from sandbox.build import accel as build_accel
 from sandbox.build import blame
 from sandbox.build import nvcc_split
 from sandbox.build.accel import child_compiler, tool_version
-from sandbox.shared.accel_layout import HOOKS_VERSION
+from sandbox.shared.accel_layout import FULL_NOT_BUILT, HOOKS_VERSION
 
 if TYPE_CHECKING:
     from sandbox.config import JudgeConfig
@@ -156,6 +156,18 @@ def offer_accelerators(config: "JudgeConfig", target: str, source: str) -> Offer
     return Offer(env={**env, "JUDGE_BUILD_ACCEL": build_accel.child_path(config.cache_root, mechanism),
                   "JUDGE_PCH_SUBSET": "1" if config.pch_subset else "0"}, binds=binds,
                  pch_building_s=prepared.building_s)
+
+
+def want_full_pch(config: "JudgeConfig", target: str, source: str, log: str) -> None:
+    """After a build whose main.cpp needed the full precompiled header and found it not built yet (the child's hooks
+    say so in the log): have it built in the background for the next candidate (sandbox/build/accel.py, full on
+    demand). Never fails the build it follows."""
+    if not config.precompiled_headers or FULL_NOT_BUILT not in log:
+        return
+    try:
+        build_accel.want_full(config.cache_root, target, source)
+    except OSError:  # a full or read-only cache disk: later builds go without, as this one did
+        pass
 
 
 def _split_nvcc_binds(cache_root: Path) -> dict[Path, str]:

@@ -35,8 +35,8 @@ compiler here, or the compiler failed; candidates then build without it)."""
 def warm(cache_root: Path, target: str, flag_sets: Sequence[tuple[str, ...]] | None = None,
          on_progress: WarmProgress | None = None, wait_full: bool = False) -> list[Path]:
     """Build the variants of `flag_sets` (default `WARM_FLAG_SETS`) one after the other; the ones ready. A variant
-    is ready once it is usable, its full PCH maybe still compiling beside the next (sandbox/build/accel.py, subset
-    first); `wait_full`: once its full PCH is in place too."""
+    is ready once it is usable: its subset PCH (its full one is built on demand, sandbox/build/accel.py);
+    `wait_full`: once its full PCH is in place too, built now."""
     report = on_progress or (lambda *_: None)
     root, ready = accel_root(cache_root), []
     for extra in WARM_FLAG_SETS if flag_sets is None else flag_sets:
@@ -46,7 +46,7 @@ def warm(cache_root: Path, target: str, flag_sets: Sequence[tuple[str, ...]] | N
             report(extra, "failed", None)
             continue
         path = variant_path(root, compiler, flags)
-        if path is not None and usable(path) and has_full(path):
+        if path is not None and usable(path) and (has_full(path) or not wait_full):
             report(extra, "ready", 0.0)
             ready.append(path)
             continue

@@ -27,6 +27,9 @@ torch/extension.h the subset lacks (torch's C++ frontend), which made a main.cpp
 most model-written `cpp_sources` do, cost more than with the full PCH. With this stub the subset stands for the
 whole header at every include: a main.cpp that needs the frontend fails to compile and is built again with the full
 PCH, exactly as one that includes the header once."""
+FULL_NOT_BUILT = "the full precompiled torch/extension.h is not built yet"
+"""What the build child's hooks say when main.cpp needed the full PCH and it was not there (it is built on demand,
+sandbox/build/accel.py): the parent, reading it in the build's log, has it built for the next candidate."""
 FLAGS_FILE = "flags.json"
 HOOKS_VERSION = 4
 """What the build child's hooks (sandbox/child/build/hooks.py) do, as a number: part of every stored build outcome

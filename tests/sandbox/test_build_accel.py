@@ -23,7 +23,6 @@ import pytest
 
 from sandbox import Status, judge
 from sandbox.build import accel as build_accel
-from sandbox.build import pch_compilers
 from sandbox.child.build import hooks as build_hooks
 from sandbox.pipeline import PreparedCandidate, prepare
 from sandbox.shared import accel_layout
@@ -354,16 +353,17 @@ def _wait(condition, timeout: float) -> bool:  # noqa: ANN001
 
 
 def test_a_killed_builder_takes_its_pch_compilers_with_it(tmp_path: Path) -> None:
-    """SIGKILL of the process building the shared PCH (a worker, here a bare Python process) while both compilers
-    run: the drivers and their cc1plus are gone soon after, none left compiling for nobody."""
+    """SIGKILL of the process building the shared PCH (a worker, here a bare Python process) while its compiler runs
+    (the subset PCH's, or the full one's where torch has no subset; a full PCH wanted later is started the same way,
+    `pch_compilers.start_compiler`): the driver and its cc1plus are gone soon after, none left compiling for
+    nobody."""
     compiler, flags = build_accel.torch_compile_flags("cpu", ())
-    expected = 2 if pch_compilers.subset_header_text(flags) is not None else 1
     mark = f"JUDGE_TEST_PCH_MARK={uuid.uuid4().hex}"
     name, value = mark.split("=", 1)
     builder = subprocess.Popen([sys.executable, "-c", _START_BUILD, str(tmp_path / "accel")],
                                env={**os.environ, name: value})
     try:
-        compiling = lambda: sum(comm == "cc1plus" for comm in _marked(mark).values()) >= expected  # noqa: E731
+        compiling = lambda: "cc1plus" in _marked(mark).values()  # noqa: E731
         assert _wait(compiling, 180), f"the PCH compilers never started: {_marked(mark)}"
         builder.kill()
         builder.wait()

@@ -1,5 +1,6 @@
-"""Subset first (sandbox/build/accel.py): a PCH variant is published as soon as its subset PCH is built, its full PCH
-moved in later by a thread of the builder's process; every state in between compiles what torch alone compiles.
+"""Subset first, full on demand (sandbox/build/accel.py): a PCH variant is published with its subset PCH alone, its full
+PCH compiled only once something wants it and moved in by a thread of the asking process; every state in between
+compiles what torch alone compiles.
 
 The parent's side runs real g++ on a small stand-in for torch's include tree (every header the subset names, one
 line each), with a compiler wrapper that holds the full PCH's compile at a gate the test opens (a FIFO named by
@@ -16,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -79,18 +81,28 @@ def gated(tmp_path: Path, monkeypatch) -> tuple[str, list[str], Path, Path]:  # 
     return _gated_compiler(tmp_path), _fake_torch(tmp_path), tmp_path / "accel", gate
 
 
-def test_a_variant_is_published_with_its_subset_and_its_full_pch_moved_in_after(gated) -> None:  # noqa: ANN001
+def _wait_full_behind_the_gate(root: Path, compiler: str, flags: list[str], gate: Path,
+                                word: str = "go") -> Path | None:
+    """`build_variant(wait_full=True)` on a thread, its full PCH's compile let through the gate with `word` (writing
+    to the FIFO blocks until that compile opens it: the compile is certainly running then); what it returned."""
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(build_accel.build_variant, root, compiler, flags, wait_full=True)
+        _open_gate(gate, word)
+        return waiting.result(timeout=600)
+
+
+def test_a_variant_is_published_with_its_subset_alone_and_its_full_pch_built_when_wanted(gated) -> None:  # noqa: ANN001
     compiler, flags, root, gate = gated
     variant = build_accel.build_variant(root, compiler, flags)
     assert variant is not None
-    # Published while the full PCH is held at the gate: the subset and its stub, the record, no full PCH yet.
+    # Published with the subset and its stub, the record, and no full PCH: none is compiled until one is wanted.
     assert accel_layout.usable(variant) and not accel_layout.has_full(variant)
     assert (variant / build_accel.SUBSET_DIR / "torch" / "extension.h").read_text() == accel_layout.SUBSET_STUB_TEXT
     record = json.loads((variant / build_accel.FLAGS_FILE).read_text())
     assert record["flags"] == flags and record["seconds"] is None and record["subset_seconds"] > 0
-    assert list(root.glob(f".tmp-{variant.name}-full-*")), "the full PCH is not being compiled"
-    _open_gate(gate)
-    assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant
+    assert build_accel.build_variant(root, compiler, flags) == variant
+    assert not list(root.glob(f".tmp-{variant.name}-full-*")) and _full_runs(root.parent) == 0
+    assert _wait_full_behind_the_gate(root, compiler, flags, gate) == variant
     assert accel_layout.has_full(variant)
     assert (variant / "torch" / "extension.h").read_text() == build_accel.STUB_TEXT
     assert json.loads((variant / build_accel.FLAGS_FILE).read_text())["seconds"] > 0
@@ -109,8 +121,7 @@ def test_a_full_pch_that_fails_after_the_subset_is_recorded_and_the_variant_stay
     compiler, flags, root, gate = gated
     variant = build_accel.build_variant(root, compiler, flags)
     assert variant is not None and not accel_layout.has_full(variant)
-    _open_gate(gate, "fail")
-    assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant  # returns: it failed
+    assert _wait_full_behind_the_gate(root, compiler, flags, gate, "fail") == variant  # returns: it failed
     assert "the full PCH refused" in (root / f"{variant.name}.full.failed").read_text()
     assert accel_layout.usable(variant) and not accel_layout.has_full(variant)
     assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant
@@ -118,32 +129,38 @@ def test_a_full_pch_that_fails_after_the_subset_is_recorded_and_the_variant_stay
     assert not list(root.glob(".tmp-*"))
 
 
-_PUBLISH_THEN_WAIT = """\
+_PUBLISH_WANT_THEN_WAIT = """\
 import sys
 from pathlib import Path
 from sandbox.build import accel as build_accel
-compiler, flags = sys.argv[2], sys.argv[3:]
-print(build_accel.build_variant(Path(sys.argv[1]), compiler, flags), flush=True)
+root, compiler, flags = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+variant = build_accel.build_variant(root, compiler, flags)
+(root / f"{variant.name}.full.wanted").touch()  # as `want_full` marks it
+assert build_accel.build_variant(root, compiler, flags) == variant  # wanted: its full PCH starts in the background
+print(variant, flush=True)
 sys.stdin.read()
 """
 
 
 def test_a_full_pch_whose_builder_died_is_compiled_again_by_the_next_caller(gated, monkeypatch) -> None:  # noqa: ANN001
     compiler, flags, root, gate = gated
-    builder = subprocess.Popen([sys.executable, "-c", _PUBLISH_THEN_WAIT, str(root), compiler, *flags],
+    builder = subprocess.Popen([sys.executable, "-c", _PUBLISH_WANT_THEN_WAIT, str(root), compiler, *flags],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        variant = Path(builder.stdout.readline().strip())  # published, its full PCH held at the gate
+        variant = Path(builder.stdout.readline().strip())  # published, its full PCH started and held at the gate
     finally:
         builder.kill()
         builder.wait()
     assert accel_layout.usable(variant) and not accel_layout.has_full(variant)
     stale = list(root.glob(f".tmp-{variant.name}-full-*"))
     assert stale, "the dead builder's full PCH directory"
+    runs = _full_runs(root.parent)
     monkeypatch.setenv(GATE, "/dev/null")  # the next compile goes through
+    # Wanted once, so the next caller starts it again even without waiting for it; a waiting one then finds it.
+    assert build_accel.build_variant(root, compiler, flags) == variant
     assert build_accel.build_variant(root, compiler, flags, wait_full=True) == variant
     assert accel_layout.has_full(variant) and not any(p.exists() for p in stale)
-    assert _full_runs(root.parent) == 2
+    assert _full_runs(root.parent) == runs + 1
 
 
 # --- the child: a variant whose full PCH is not there yet ---------------------------------------------------
@@ -204,9 +221,13 @@ def test_a_candidate_that_needs_the_full_header_is_judged_as_torch_builds_it_bef
         prepared = prepare("kl_div", frontend, target="cpu", config=build)
         assert isinstance(prepared, PreparedCandidate), prepared.diagnosis
         assert "first its subset" in prepared.compile_log  # tried with the subset, which lacks OrderedDict
-        assert "is not built yet: main.cpp gets torch's own" in prepared.compile_log
+        assert f"{accel_layout.FULL_NOT_BUILT} (" in prepared.compile_log
+        assert "main.cpp gets torch's own" in prepared.compile_log
         assert execute(prepared, "cpu", config=run).status == Status.CORRECT
         assert not accel_layout.has_full(variant), "the test's state changed under it"
+        # The build told the parent that a full PCH was missing: it is wanted now (and would be compiled but for the
+        # lock this test holds), so the next candidate that needs it finds it.
+        assert (variant.parent / f"{variant.name}.full.wanted").exists()
     finally:
         pch_compilers.release(lock)
 

@@ -60,8 +60,8 @@ from typing import Any, Callable
 
 from sandbox.child.build import retry_rule
 from sandbox.child.build import slim_headers
-from sandbox.shared.accel_layout import (ACCELERATOR_WORDS, FLAGS_FILE, FRONTEND, PCH_NAME, STUB_TEXT, SUBSET_DIR,
-                                         SUBSET_STUB_TEXT, has_full, normalise, usable)
+from sandbox.shared.accel_layout import (ACCELERATOR_WORDS, FLAGS_FILE, FRONTEND, FULL_NOT_BUILT, PCH_NAME, STUB_TEXT,
+                                         SUBSET_DIR, SUBSET_STUB_TEXT, has_full, normalise, usable)
 
 PCH_MIRROR = ".judge-pch"
 """Inside an extension's build directory: the directory CPATH names while ninja runs (see the module doc)."""
@@ -180,8 +180,7 @@ def offer_pch(cflags: list[str], offered: list[tuple[list[str], str]], main_cpp:
     if not has_full(chosen):
         os.environ.pop("CPATH", None)
         os.environ.pop(_OURS, None)
-        note(f"main.cpp builds with torch's own torch/extension.h{why}: the full precompiled one in {chosen} "
-             "is not built yet")
+        note(f"main.cpp builds with torch's own torch/extension.h{why}: {FULL_NOT_BUILT} ({chosen})")
         return
     os.environ["CPATH"] = os.environ[_OURS] = chosen
     note(f"main.cpp offered the precompiled torch/extension.h in {chosen}{why}")  # tests look for this line
@@ -196,7 +195,7 @@ def full_pch_instead() -> bool:
     if not has_full(full):
         os.environ.pop("CPATH")
         os.environ.pop(_OURS)
-        note(f"the full precompiled torch/extension.h in {full} is not built yet: main.cpp gets torch's own")
+        note(f"{FULL_NOT_BUILT} ({full}): main.cpp gets torch's own")
         return True
     os.environ["CPATH"] = os.environ[_OURS] = full
     return True
