@@ -168,3 +168,21 @@ class DeviceGate:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+class SetUpSteps:
+    """A spare's set-up as steps through its device's gate (`DeviceGate.warming`), and the seconds it
+    waited there: before its first step, and between steps while candidates' stages went first."""
+
+    def __init__(self, gate: DeviceGate, abort: Callable[[], None]) -> None:
+        self.gate, self.abort = gate, abort
+        self.waited_s = 0.0
+
+    @contextlib.contextmanager
+    def step(self, *, calibrating: bool = False) -> Iterator[None]:
+        """One step: waits for the gate (`DeviceGate.warming`; `calibrating`: a step whose figures feed a bound),
+        holds it while the step runs."""
+        asked = time.monotonic()
+        with self.gate.warming(self.abort, calibrating=calibrating):
+            self.waited_s += time.monotonic() - asked
+            yield

@@ -1,6 +1,7 @@
 """The stocks of pre-started children (sandbox/execution/warm.py's `WarmPool` keeps them): a spawned child in standby
 (`Standby`), a set-up, calibrated child waiting for one candidate (`WarmChild`), a device's slot with its stocks and
-threads' counters (`_Slot`), and a row of the pool's timeline (`Interval`).
+threads' counters (`_Slot`), a row of the pool's timeline (`Interval`), and the check of a spare's replies
+(`expect_reply`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any, ContextManager, TypeVar
 
 
 from reference import TaskId
+from sandbox import protocol as msg
 from sandbox.execution.device_gate import DeviceGate
 from sandbox.execution.records import Calibration, Stage
 from sandbox.supervisor import ChildSession
 from sandbox.verdict import Environment
+
+R = TypeVar("R", bound=msg.Reply)
 
 
 @dataclass(eq=False)
@@ -165,3 +169,13 @@ class _Slot:
     threads: list[threading.Thread] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"spawned": 0, "started": 0, "served": 0, "dead": 0,
                                                             "recycled": 0, "retired": 0, "failed": 0})
+
+
+def expect_reply(session: ChildSession, model: type[R], timeout_s: float) -> R:
+    """The next reply must be an ok `model` (a spare runs only our code: anything else is a broken start)."""
+    reply = session.receive(timeout_s)
+    parsed = msg.parse_reply(reply.header, model)
+    if not isinstance(parsed, model) or not parsed.ok:
+        raise RuntimeError(f"the spare answered {reply.header.get('op')!r} (ok={reply.header.get('ok')}) instead of "
+                           f"{msg.op_of(model)!r}: {(parsed.error.message if parsed.error else '')[:500]}")
+    return parsed

@@ -48,13 +48,9 @@ and one that died (killed, crashed, its wall limit) or is older than `max_age_s`
 Failure attribution is unchanged: no candidate code runs in a spare until `load`, so a spare that fails
 before that is the judge's failure (discarded and replaced here; `system_error` if it happens in `execute`).
 
-Calibrating ahead: the clocks' calibration (the flush's and the lead's cost) and the empty calls measure what a
-round trip costs the child (its CPU time, the parent's window, and on a GPU the span before its calls). The bounds of
-sandbox/execution/plausibility.py subtract them (the CPU-time floor, the wall bound's empty window, the span charge's
-reference), and a busier device makes them costlier, which would loosen those bounds for the candidate that gets the
-spare: on an H200 an empty batch beside another candidate's trials held ~1 ms a call more span. So each of these
-steps passes the gate as a calibrating one (`DeviceGate.warming(calibrating=True)`): it runs only while no candidate
-of the device is in any stage, as quiet as a cold start's own calibration (docs/threat-model.md, "What a spare's
+Calibrating ahead: the clocks' calibration and the empty calls measure what a round trip costs the child; the bounds
+of sandbox/execution/plausibility.py subtract them, so each passes the gate as a calibrating step, run only while no
+candidate of the device is in any stage (sandbox/execution/device_gate.py; docs/threat-model.md, "What a spare's
 calibration measures"). `precalibrate=False` runs them after the hand-over instead. A candidate on a precalibrated
 spare does not take the gate for its calibration stage: it only adopts the spare's figures.
 
@@ -67,7 +63,6 @@ the ready places are full, the oldest spare of another task is retired to make r
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import re
@@ -76,9 +71,9 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from typing_extensions import Self
@@ -88,17 +83,16 @@ from sandbox import protocol as msg
 from sandbox.config import JudgeConfig
 from sandbox.environment import describe
 from sandbox.execution import bytecode
-from sandbox.execution.device_gate import TIMED_STAGES, WARMING_WAIT_S, DeviceGate, GateClosed
+from sandbox.execution.device_gate import TIMED_STAGES, WARMING_WAIT_S, DeviceGate, GateClosed, SetUpSteps
 from sandbox.execution.records import READY_TIMEOUT_S, Calibration, Stage
 from sandbox.execution.start_slots import HostStartSlots, SlotWaitAborted
-from sandbox.execution.spares import Interval, Standby, WarmChild, _kill, _Slot
+from sandbox.execution.spares import Interval, Standby, WarmChild, _kill, _Slot, expect_reply
 from sandbox.execution.training import execution_class
 from sandbox.supervisor import ChildSession
 
 __all__ = ["TIMED_STAGES", "WARMING_WAIT_S", "DeviceGate", "WarmChild", "WarmPool"]
 
 log = logging.getLogger(__name__)
-R = TypeVar("R", bound=msg.Reply)
 
 DEFAULT_MAX_AGE_S = 600.0
 """A spare older than this is recycled: its clocks' calibration and environment (clocks, driver) get stale,
@@ -426,7 +420,7 @@ class WarmPool:
                     if self._closed.is_set():
                         raise _Closed
                     slot.starting.add(session)
-                _expect(session, msg.Started, READY_TIMEOUT_S)
+                expect_reply(session, msg.Started, READY_TIMEOUT_S)
                 started_at = time.monotonic()
             with self._cond:
                 self._history.append(Interval(device, "spawn", spawned, started_at))
@@ -445,13 +439,13 @@ class WarmPool:
         that asks meanwhile goes between two steps; the calibration's steps wait for a device with no stage on it).
         Raises on any failure, the child killed and its directory removed."""
         session, device = spare.session, slot.device
-        steps = _Steps(slot.gate, session.kill)
+        steps = SetUpSteps(slot.gate, session.kill)
         try:
             picked = time.monotonic()
             with steps.step():  # the child's own start of the device: one request, not split
                 began = time.monotonic()
                 session.send(msg.Begin(task=task_id).model_dump())
-                ready = _expect(session, msg.Ready, READY_TIMEOUT_S)
+                ready = expect_reply(session, msg.Ready, READY_TIMEOUT_S)
                 device_s = time.monotonic() - began
             calibration, calibration_s = (self._calibrate(session, task_id, device, steps) if self.precalibrate
                                           else (None, 0.0))
@@ -476,7 +470,7 @@ class WarmPool:
             raise
 
     def _calibrate(self, session: ChildSession, task_id: TaskId, device: str,
-                   steps: _Steps) -> tuple[Calibration | None, float]:
+                   steps: SetUpSteps) -> tuple[Calibration | None, float]:
         """`Execution.calibrate` on this child, exactly as a cold `execute` runs it, each of its requests a calibrating
         step through the gate (its figures feed the bounds: none runs beside a candidate's stage); its results are
         adopted. The seconds it took, less its waits for the gate."""
@@ -498,37 +492,9 @@ class WarmPool:
             self._cond.notify_all()
 
 
-class _Steps:
-    """A spare's set-up as steps through its device's gate (sandbox/execution/device_gate.py), and the seconds it
-    waited there: before its first step, and between steps while candidates' stages went first."""
-
-    def __init__(self, gate: DeviceGate, abort: Callable[[], None]) -> None:
-        self.gate, self.abort = gate, abort
-        self.waited_s = 0.0
-
-    @contextlib.contextmanager
-    def step(self, *, calibrating: bool = False) -> Iterator[None]:
-        """One step: waits for the gate (`DeviceGate.warming`; `calibrating`: a step whose figures feed a bound),
-        holds it while the step runs."""
-        asked = time.monotonic()
-        with self.gate.warming(self.abort, calibrating=calibrating):
-            self.waited_s += time.monotonic() - asked
-            yield
-
-
 @functools.cache
 def _warn_if_uncached() -> None:
     """Once per process: a deployment without bytecode caches makes every spare's start ~2.5x slower."""
     missing = bytecode.missing_caches()
     if missing:
         log.warning("%s", bytecode.advice(missing))
-
-
-def _expect(session: ChildSession, model: type[R], timeout_s: float) -> R:
-    """The next reply must be an ok `model` (a spare runs only our code: anything else is a broken start)."""
-    reply = session.receive(timeout_s)
-    parsed = msg.parse_reply(reply.header, model)
-    if not isinstance(parsed, model) or not parsed.ok:
-        raise RuntimeError(f"the spare answered {reply.header.get('op')!r} (ok={reply.header.get('ok')}) instead of "
-                           f"{msg.op_of(model)!r}: {(parsed.error.message if parsed.error else '')[:500]}")
-    return parsed
