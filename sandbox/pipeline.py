@@ -245,9 +245,10 @@ def _run_build(task: Task, paths: compiler.KeyPaths, target: str, config: JudgeC
     """Import the candidate in a GPU-less isolated child so its extensions build into paths.build. A failure of
     the sandbox, the child or the host comes back as `infrastructure`, never as the candidate's outcome."""
     extra = _build_env(task, target)
+    source = paths.source.read_text()
     started = time.monotonic()
     try:
-        offer = compiler.offer_accelerators(config, target, paths.source.read_text())
+        offer = compiler.offer_accelerators(config, target, source)
     except isolation.IsolationError as exc:  # (the offer asks which sandbox runs: none may work on this host)
         return compiler.BuildResult(ok=False, build_failed=False, log="", seconds=time.monotonic() - started,
                                  infrastructure=f"the build sandbox could not start: {exc}")
@@ -260,7 +261,7 @@ def _run_build(task: Task, paths: compiler.KeyPaths, target: str, config: JudgeC
         compiler.empty_build_dir(paths)
         result = _build_child(task, paths, config, extra, {}, started)
         result = replace(result, log=f"{REBUILT_NOTE} ({named!r})\n{result.log}")
-    compiler.want_full_pch(config, target, paths.source.read_text(), result.log)
+    compiler.want_full_pch(config, target, source, result.log)
     return replace(result, pch_building_s=offer.pch_building_s)
 
 

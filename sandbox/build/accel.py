@@ -79,6 +79,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -348,23 +349,27 @@ def _full_pch(root: Path, final: Path, compiler: str, flags: list[str], header: 
     (finish_full if wait else _finish_later)(root, final, proc, full_dir, argv, time.monotonic(), timeout_s, lock)
 
 
-def want_full(cache_root: Path, target: str, source: str) -> list[Path]:
+def want_full(cache_root: Path, target: str, source: str) -> None:
     """A build of `source` needed a full PCH that was not there (its log says so: `accel_layout.FULL_NOT_BUILT`): mark
-    its variants' full PCHs wanted and start compiling them in the background, for the next candidate that needs
-    them. The variants whose full PCH is now on its way."""
-    root, started = accel_root(cache_root), []
-    for extra in wanted_flag_sets(source):
-        try:
-            compiler, flags = torch_compile_flags(target, extra)
-        except Exception:  # noqa: BLE001 - as in `preparation`: no PCH for this build
-            continue
-        final, header = variant_path(root, compiler, flags), header_path(flags)
-        if final is None or header is None or not usable(final) or has_full(final):
+    its published variants' full PCHs wanted, which makes `build_variant` start compiling them in the background, for
+    the next candidate that needs them."""
+    root = accel_root(cache_root)
+    for compiler, flags in _compile_flags(target, wanted_flag_sets(source)):
+        final = variant_path(root, compiler, flags)
+        if final is None or not usable(final) or has_full(final):
             continue
         (root / f"{final.name}.full.wanted").touch()
-        _full_pch(root, final, compiler, flags, header, BUILD_TIMEOUT_S, wait=False)
-        started.append(final)
-    return started
+        build_variant(root, compiler, flags)
+
+
+def _compile_flags(target: str, flag_sets: list[tuple[str, ...]]) -> Iterator[tuple[str, list[str]]]:
+    """(compiler, flags) of each extra_cflags set (`wanted_flag_sets`) as torch would compile a main.cpp with it; none
+    for a set torch cannot describe here (no CUDA, say)."""
+    for extra in flag_sets:
+        try:
+            yield torch_compile_flags(target, extra)
+        except Exception:  # noqa: BLE001 - torch could not describe its build: no PCH for it
+            continue
 
 
 def _evict(root: Path, keep: Path, max_variants: int = MAX_VARIANTS) -> None:
@@ -423,11 +428,7 @@ def preparation(cache_root: Path, target: str, source: str, *, wait_full: bool =
         return Preparation(root=None)
     root = accel_root(cache_root)
     offered, building_s = None, 0.0
-    for extra in sets:
-        try:
-            compiler, flags = torch_compile_flags(target, extra)
-        except Exception:  # noqa: BLE001 - torch could not describe its build (no CUDA here, say): no PCH
-            continue
+    for compiler, flags in _compile_flags(target, sets):
         path = variant_path(root, compiler, flags)
         missing = path is not None and not usable(path) and not path.with_name(f"{path.name}.failed").exists()
         started = time.monotonic()
