@@ -72,9 +72,8 @@ def _measure(task_id: TaskId, device: str, shape: tuple[int, ...], config: Judge
     env = {**os.environ, "JUDGE_CHILD_THREADS": str(config.child_threads), "TORCHINDUCTOR_CACHE_DIR": inductor}
     argv = [sys.executable, "-c", _WATCHED_MAIN, str(os.getpid()), "--task", task_id, "--device", device,
             "--shape", ",".join(map(str, shape)), "--names", ",".join(config.baselines), "--out", str(out), *extra]
-    # A niced caller's measurement leads a process session (setsid) of its own, niced as much: with the kernel's
-    # autogroups a nice value counts only among the processes of one such session, here the worker's
-    # (sandbox/scheduling.py).
+    # A niced caller's measurement runs under setsid(), so the kernel gives it an autogroup of its own, niced as
+    # much: a nice value counts only among the processes of one autogroup, here the worker's (sandbox/scheduling.py).
     with subprocess.Popen(argv, env=env, start_new_session=scheduling.thread_nice() > 0) as proc:
         scheduling.pass_on_nice(proc.pid)
         try:
