@@ -183,7 +183,9 @@ def test_a_stall_found_while_the_worker_claims_does_not_hand_it_back_its_own_job
     """The race CI once lost: the claim loop reads its capacity (one executor, busy but not yet stalled: room for
     one more job), the watchdog then finds the stall and releases the job, and the claim that follows takes that
     very job back onto the worker whose only executor is stuck. Forced here: the capacity, once read, is held
-    back until the watchdog's release has either happened (the race lost) or is waiting for the claim to end."""
+    back until the watchdog's release has either happened (the race lost) or is waiting for the claim to end, and the
+    watchdog looks for the stall only once the claim loop has read its capacity with the job executing (on a loaded
+    CI machine the loop once read none within the stall's 1.5 s, and the release came before any claim)."""
     roots = {"build_root": Path(judge_dirs["JUDGE_BUILD_ROOT"]), "cache_root": Path(judge_dirs["JUDGE_CACHE_ROOT"])}
     _submit(db)
     settings = Settings(database_url=db_url, devices="cpu", compile_workers=1, lease_s=30, poll_s=0.05,
@@ -208,7 +210,15 @@ def test_a_stall_found_while_the_worker_claims_does_not_hand_it_back_its_own_job
                      "the watchdog to release the stalled job or to wait for the claim")
         return want
 
+    check = worker.watchdog.check
+
+    def check_once_the_capacity_is_held_back(holder):  # noqa: ANN001, ANN202
+        if judge.entered.is_set():
+            wait_for(held_back.is_set, JUDGE_S, "the claim loop to read its capacity while the job executes")
+        return check(holder)
+
     worker.give_up, worker._capacity = give_up_then_say_so, capacity_held_back
+    worker.watchdog.check = check_once_the_capacity_is_held_back
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
