@@ -101,6 +101,9 @@ class Execution(TimedPhase):
     makes_ms: dict[str, list[float]] = field(default_factory=dict)
     """The parent's own making of timed calls' inputs, per distribution, in device ms (sandbox/execution/making.py):
     what `made_reference` reads."""
+    own_makings: list[tuple[str, float]] = field(default_factory=list)
+    """CPU: every call's making the parent measured beside this candidate's batches (warm-up, both timings, the
+    forward alone), as (distribution, ms): with the calibration's, what `call_runs` caps each making by."""
 
     @property
     def traced_calls(self) -> int:

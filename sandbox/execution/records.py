@@ -6,6 +6,7 @@ the calibration, and the exception that ends an execution with a verdict.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,18 +95,19 @@ class TimedCall:
     unexplained_ms: float = 0.0
     """GPU: the parent's wall window beyond every device span the child reports (the span before the calls, the calls'
     events, the gaps between them), per call: the host's own share of a round trip (plausibility.unexplained_wall)."""
-    own_run_ms: float = 0.0
-    """CPU: the parent thread's CPU time making the same inputs, just before the batch, per call
-    (sandbox/execution/making.py): the judge's own work inside `run_ms`, as costly as the host's load made it then."""
+    own_makes_ms: tuple[float, ...] = ()
+    """CPU: the parent thread's CPU time making each call's inputs, just before the batch (sandbox/execution/making.py):
+    the judge's own work inside `run_ms`, as costly as the host's load made it then."""
     cpu_source: str = ""
     """Where `run_ms` came from (sandbox/execution/cputime.py: a cgroup, or the processes' clocks)."""
     settled: bool = True
     """Whether both CPU-time readings found every thread of the sandbox off the CPU (cputime.SETTLE_S)."""
 
-    @property
-    def call_run_ms(self) -> float:
-        """`run_ms` less the judge's own making of the inputs in it (`own_run_ms`): what the CPU-time bound compares."""
-        return self.run_ms - self.own_run_ms
+    def call_run_ms(self, making_caps: Mapping[str, float]) -> float:
+        """`run_ms` less the judge's own making of the inputs in it, each call's making at most its distribution's cap
+        (plausibility.making_caps): what the CPU-time bound compares."""
+        own = sum(min(ms, making_caps.get(d, ms)) for d, ms in zip(self.distributions, self.own_makes_ms))
+        return self.run_ms - own / self.calls
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ import dataclasses
 import secrets
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -92,7 +92,7 @@ class TimedPhase:
                         **breach.details)
         device_type = torch.device(self.device).type
         claims = [b.claim_ms for b in timed]
-        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
+        runs, empty_runs = self.call_runs(timed), self.call_runs(self.empty_calls)
         scale = plausibility.cpu_scale(claims, runs, empty_runs) if not self.is_cuda else 1.0
         details["timing"]["cpu_scale"] = scale
         ranked = [b.ranked_ms * scale for b in timed]
@@ -107,7 +107,7 @@ class TimedPhase:
         """The first bound the timed batches breach (sandbox/execution/plausibility.py), or None."""
         device_type = torch.device(self.device).type
         claims, windows = [b.claim_ms for b in timed], [b.window_ms for b in timed]
-        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
+        runs, empty_runs = self.call_runs(timed), self.call_runs(self.empty_calls)
         empty_windows = [c.window_ms for c in self.empty_calls]
         empty_window = min(empty_windows)
         # The empty batches made real inputs too (calibrate), so the windows and CPU times beyond theirs are the calls'.
@@ -138,7 +138,7 @@ class TimedPhase:
             empty_call_run_ms=statistics.median(empty_runs),
             empty_call_window_ms=min(c.window_ms for c in self.empty_calls),
             call_floor_ms=plausibility.call_floor_ms(
-                [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls],
+                self.call_runs(timed), self.call_runs(self.empty_calls),
                 "cuda" if self.is_cuda else "cpu", [b.window_ms for b in timed],
                 [c.window_ms for c in self.empty_calls]),
             # Where the CPU times came from (sandbox/execution/cputime.py), and how many batches' readings found
@@ -254,7 +254,7 @@ class TimedPhase:
         truths = [] if empty else [self.call_truth(self.shape, d, seed, timed=True)
                                    for d, seed in zip(distributions, seeds)]
         truth_ms = (time.perf_counter() - truth_started) * 1e3
-        own_run_ms = 0.0 if self.is_cuda else self.own_making_ms(distributions, seeds, truths)
+        own_makes_ms = () if self.is_cuda else self.own_making_ms(distributions, seeds, truths)
         arm_started = time.perf_counter()
         self.ask(self.arm_command(n, empty), msg.ArmReply, step, timeout)
         arm_ms = (time.perf_counter() - arm_started) * 1e3
@@ -276,7 +276,7 @@ class TimedPhase:
         outs = [self.output(went, [payload], step) for payload in raw.payloads]
         inspected, _ = self.read(self.session.request(msg.Inspect().model_dump(), timeout), msg.InspectReply, step)
         batch = self.measured(went, truths, n, window_ms=window_ms, run_ms=done.since(ran) / 1e6, arm_ms=arm_ms,
-                              truth_ms=truth_ms, distributions=distributions, own_run_ms=own_run_ms,
+                              truth_ms=truth_ms, distributions=distributions, own_makes_ms=own_makes_ms,
                               cpu_source=done.source, settled=ran.settled and done.settled)
         if empty:
             return batch
@@ -324,7 +324,7 @@ class TimedPhase:
                          settled=seen["settled"], made_ms=made_ms, judge_ms=judge_ms, flushes_ms=own,
                          excess_ms=excess_ms, gap_ms=gap_ms, ranked_ms=ranked,
                          unexplained_ms=window_ms - (went.made_ms + sum(went.times_ms) + sum(went.gaps_ms)) / n,
-                         own_run_ms=seen["own_run_ms"] / n)
+                         own_makes_ms=seen["own_makes_ms"])
 
     def own_flushes_ms(self, n: int) -> float:
         """GPU: the device time of a batch's own flushes (its lead and the one before the first call), per call."""
@@ -345,14 +345,26 @@ class TimedPhase:
         spans = [c.made_ms - self.own_flushes_ms(c.calls) for c in self.empty_calls]
         return max(0.0, statistics.median(spans) - judge_ms) if spans else 0.0
 
-    def own_making_ms(self, distributions: tuple[str, ...], seeds: list[int], truths: list[CallTruth]) -> float:
-        """CPU: the parent thread's CPU time making the batch's inputs (sandbox/execution/making.py), from the truths
-        just computed, or, for an empty batch (no truths), by making them here and dropping them."""
-        if truths:
-            return sum(t.make_ms or 0.0 for t in truths)
-        device = torch.device(self.device)
-        return sum(made_on_device(lambda d=d, s=s: self.task.make_inputs(self.shape, d, s, device), device)[1]
-                   for d, s in zip(distributions, seeds))
+    def own_making_ms(self, distributions: tuple[str, ...], seeds: list[int],
+                      truths: list[CallTruth]) -> tuple[float, ...]:
+        """CPU: the parent thread's CPU time making each call's inputs (sandbox/execution/making.py), from the truths
+        just computed (kept for `call_runs`' caps), or, for an empty batch (no truths), by making them here and
+        dropping them (the calibration keeps those, in its batches)."""
+        if not truths:
+            device = torch.device(self.device)
+            return tuple(made_on_device(lambda d=d, s=s: self.task.make_inputs(self.shape, d, s, device), device)[1]
+                         for d, s in zip(distributions, seeds))
+        makes = tuple(t.make_ms or 0.0 for t in truths)
+        self.own_makings.extend(zip(distributions, makes))
+        return makes
+
+    def call_runs(self, batches: Sequence[TimedCall]) -> list[float]:
+        """Each batch's CPU time per call less the judge's own making in it, every call's making capped by every making
+        the parent measured for this candidate and in the calibration (plausibility.making_caps): one spike of the
+        parent's reading is not work the candidate is relieved of."""
+        caps = plausibility.making_caps([*((d, ms) for c in self.empty_calls
+                                           for d, ms in zip(c.distributions, c.own_makes_ms)), *self.own_makings])
+        return [b.call_run_ms(caps) for b in batches]
 
     # --- what a training task changes (sandbox/execution/training.py overrides these) -----------------------------
 

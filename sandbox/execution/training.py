@@ -250,7 +250,7 @@ class TrainingExecution(Execution):
         claims = [b.claim_ms for b in timed]
         device_type = torch.device(self.device).type
         judge = [b.judge_ms for b in timed]
-        runs, empty_runs = [b.call_run_ms for b in timed], [c.call_run_ms for c in self.empty_calls]
+        runs, empty_runs = self.call_runs(timed), self.call_runs(self.empty_calls)
         breach = (plausibility.timing_bound(claims, [b.window_ms for b in timed], runs, empty_runs, device_type,
                                             training=True, empty_windows_ms=[c.window_ms for c in self.empty_calls])
                   or plausibility.unattributed_work([b.excess_ms for b in timed], judge, claims, device_type,
