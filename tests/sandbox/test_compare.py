@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sandbox.shared.compare import compare, fingerprint, tensor_from_bytes
+from sandbox.shared.compare import FINGERPRINT_PERIOD, compare, fingerprint, tensor_from_bytes
 
 
 def test_scalar_within_and_outside_tolerance():
@@ -33,6 +33,24 @@ def test_tensor_from_bytes_checks_size_and_dtype():
         tensor_from_bytes(b"\x00" * 7, "float32", [2])
     with pytest.raises(ValueError, match="unsupported"):
         tensor_from_bytes(b"", "object", [])
+
+
+def _fingerprint_with_the_whole_period(tensor: torch.Tensor) -> str:
+    """The digest as the judge made it before it weighted a short tensor by its own length of weights."""
+    words = tensor.contiguous().view(-1).view(torch.int32).to(torch.int64)
+    weights = torch.arange(FINGERPRINT_PERIOD, dtype=torch.int64) % 65521 + 1
+    numel = words.numel()
+    full = numel // FINGERPRINT_PERIOD * FINGERPRINT_PERIOD
+    periods, rest = words[:full].view(-1, FINGERPRINT_PERIOD), words[full:]
+    weighted = (periods * weights).sum() + (rest * weights[:numel - full]).sum()
+    return f"{tuple(tensor.shape)}:{tensor.dtype}:{int(words.sum())}:{int(weighted)}"
+
+
+@pytest.mark.parametrize("numel", [1, 3000, FINGERPRINT_PERIOD - 1, FINGERPRINT_PERIOD, 2 * FINGERPRINT_PERIOD + 7])
+def test_a_fingerprint_is_the_digest_of_the_whole_periods_weights(numel: int) -> None:
+    """Weights made only as far as a tensor reaches give the digest the whole period gave, short or long."""
+    x = torch.randn(numel)
+    assert fingerprint([x]) == [_fingerprint_with_the_whole_period(x)]
 
 
 def test_fingerprint_sees_permutations_and_single_bit_flips():
