@@ -99,7 +99,8 @@ def test_a_variant_is_published_with_its_subset_alone_and_its_full_pch_built_whe
     assert accel_layout.usable(variant) and not accel_layout.has_full(variant)
     assert (variant / build_accel.SUBSET_DIR / "torch" / "extension.h").read_text() == accel_layout.SUBSET_STUB_TEXT
     record = json.loads((variant / build_accel.FLAGS_FILE).read_text())
-    assert record["flags"] == flags and record["seconds"] is None and record["subset_seconds"] > 0
+    # The subset's seconds, to a tenth (this fake tree's subset can take under 0.05 s: 0.0 on a quiet machine).
+    assert record["flags"] == flags and record["seconds"] is None and isinstance(record["subset_seconds"], float)
     assert build_accel.build_variant(root, compiler, flags) == variant
     assert not list(root.glob(f".tmp-{variant.name}-full-*")) and _full_runs(root.parent) == 0
     assert _wait_full_behind_the_gate(root, compiler, flags, gate) == variant
