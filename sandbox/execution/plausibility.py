@@ -104,14 +104,15 @@ many times the median of every making of that distribution the parent measured f
 
 Why: the parent's figure is one thread's CPU time over 0.1-0.8 ms of work, and now and then a reading comes out many
 times longer (a fault, a reclaim, a virtual CPU's stolen time counted as the thread's). On the 2-core development
-machine (2026-11-29, scripts/experiments/measure_making_spikes.py and its first draft): idle, 3 of 280 kl_div
-readings took over 2 ms, the worst 16x its distribution's median; beside the test suite (load 4.4), 2 of 420 kl_div
-readings were over 3x (the worst 4.0x) and 0 of 360 cross_entropy ones (the worst 2.3x). The child made the same
-inputs at another moment and does not share the spike, so an uncapped spike takes work the candidate did off the
-floor. With four timed batches (the fewest; forged claims that agree stop the timing there), two readings ~6 ms long
-moved the median: CI's loaded machine judged class 13's dead-thread forgery (claims 0.78 ms, 4.6 ms of CPU accounted
-in its first timing) `correct` when its retiming read a floor of 0. Load that slows the making in both processes
-alike (a host's caches) moves the median with it."""
+machine (2026-11-29, scripts/experiments/measure_making_spikes.py and its first draft): idle, 3 of 280 kl_div readings
+took over 2 ms, the worst 16x its distribution's median; beside the test suite (load 4.4), 2 of 420 kl_div readings
+were over 3x (the worst 4.0x) and 0 of 360 cross_entropy ones (the worst 2.3x). The child made the same inputs at
+another moment and does not share the spike, so an uncapped spike takes work the candidate did off the floor. With four
+timed batches (the fewest; forged claims that agree stop the timing there), two or three spikes move the median: CI's
+loaded machine judged class 13's dead-thread forgery (claims 0.78 ms, 4.6 ms of CPU accounted in its first timing)
+`correct` when its retiming read a floor of 0 with the same CPU time per call (7.45 ms), so the parent's readings of a
+~0.4 ms making must have come out ~5.5 ms in three of that timing's four batches, or ~11 ms in two (they are not
+recorded). Load that slows the making in both processes alike (a host's caches) moves the median with it."""
 
 
 def making_caps(makings: Iterable[tuple[str, float]]) -> dict[str, float]:

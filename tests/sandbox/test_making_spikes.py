@@ -4,7 +4,7 @@ plausibility.py, `making_caps`; sandbox/execution/timed_phase.py, `call_runs`).
 On the CPU the floor a claim is held to is the sandbox's CPU time for a batch less the parent's own making of the same
 inputs, read on one of its threads just before the batch. Now and then that reading comes out many times longer than
 the making (a fault, a reclaim, a virtual CPU's stolen time), while the child made the inputs at another moment. With
-four timed batches, two such readings took a forgery's hidden work off the floor on CI. Each call's making is capped by
+four timed batches, such readings took a forgery's hidden work off the floor on CI. Each call's making is capped by
 every making the parent measured for the candidate; here the spikes are forced into the parent's readings.
 """
 
@@ -26,7 +26,7 @@ from .conftest import CORPUS
 from .test_corpus import check_verdict
 
 SPIKE_MS = 6.0
-"""What CI's loaded machine added to two of a timing's four readings of kl_div's planted making (~0.35-0.6 ms)."""
+"""A spike of the size CI's figures imply (plausibility.MAKING_SPIKE_FACTOR), on a making of ~0.35-0.6 ms."""
 
 
 def _batch(run_ms: float, makes_ms: tuple[float, ...], distributions: tuple[str, ...] = ("planted",)) -> TimedCall:
@@ -45,7 +45,8 @@ def test_a_making_is_capped_at_its_distributions_median_times_the_factor() -> No
 
 
 def test_cis_four_batches_breach_once_their_two_spikes_are_capped() -> None:
-    """The retiming CI judged `correct` (runs and the first timing's makings as it recorded them, 2026-11-29)."""
+    """CI's retiming that judged the forgery `correct` (2026-11-29): its recorded CPU times per call, with makings
+    as a first timing has them and two of the retiming's spiked (the readings themselves are not recorded)."""
     first = [_batch(r, (0.35,)) for r in (7.38, 7.05, 7.61, 7.22)]
     second = [_batch(r, (m,)) for r, m in zip((7.69, 7.19, 7.43, 7.47), (0.36, 0.35 + SPIKE_MS, 0.34 + SPIKE_MS, 0.37))]
     empty = [_batch(2.5, (1.0,)) for _ in range(8)]
