@@ -46,7 +46,8 @@ def test_a_making_is_capped_at_its_distributions_median_times_the_factor() -> No
 
 def test_cis_four_batches_breach_once_their_two_spikes_are_capped() -> None:
     """CI's retiming that judged the forgery `correct` (2026-11-29): its recorded CPU times per call, with makings
-    as a first timing has them and two of the retiming's spiked (the readings themselves are not recorded)."""
+    as a first timing has them and two of the retiming's spiked (the readings are not recorded, nor the first
+    timing's CPU times: those here are near the retiming's, as its floor of 4.55 ms says they were)."""
     first = [_batch(r, (0.35,)) for r in (7.38, 7.05, 7.61, 7.22)]
     second = [_batch(r, (m,)) for r, m in zip((7.69, 7.19, 7.43, 7.47), (0.36, 0.35 + SPIKE_MS, 0.34 + SPIKE_MS, 0.37))]
     empty = [_batch(2.5, (1.0,)) for _ in range(8)]
